@@ -1,0 +1,40 @@
+"""flow-sdk: turn a decorated Python function into a multi-node GPU job.
+
+    app = FlowApp("train")
+
+    @app.function(gpu="h100:8", num_instances=4)
+    def train(lr: float) -> dict: ...
+
+    train.remote(1e-4)        # blocks, returns rank 0's value
+    task = train.spawn(1e-4)  # a Task handle
+"""
+
+from flow_sdk import current
+from flow_sdk.app import FlowApp, RemoteFunction
+from flow_sdk.errors import (
+    CapacityError,
+    FlowError,
+    PayloadError,
+    ProviderError,
+    RemoteTraceback,
+    RendezvousError,
+    TaskCancelledError,
+    TaskError,
+    TaskFailedError,
+    TaskNotFoundError,
+    TaskTimedOutError,
+    TaskTimeoutError,
+    ValidationError,
+)
+from flow_sdk.protocol import TaskStatus
+from flow_sdk.spec import GpuSpec, TaskSpec, VolumeSpec
+from flow_sdk.task import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CapacityError", "FlowApp", "FlowError", "GpuSpec", "PayloadError", "ProviderError",
+    "RemoteFunction", "RemoteTraceback", "RendezvousError", "Task", "TaskCancelledError",
+    "TaskError", "TaskFailedError", "TaskNotFoundError", "TaskSpec", "TaskStatus",
+    "TaskTimedOutError", "TaskTimeoutError", "ValidationError", "VolumeSpec", "current",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from flow_sdk.agent.main import main
+
+sys.exit(main())

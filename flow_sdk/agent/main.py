@@ -1,0 +1,283 @@
+"""The node agent: bootstrap -> rendezvous -> env -> workers -> watch -> results.
+
+Started by a provider on every node with ``FLOW_BOOT`` (task and provider), ``FLOW_INSTANCE_ID``
+and ``FLOW_NODE_ADDRESS`` set. It reaches the provider only through the provider interface.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from importlib import import_module
+from pathlib import Path
+from types import FrameType
+
+from flow_sdk import protocol
+from flow_sdk.agent.workers import WorkerExit, WorkerGroup
+from flow_sdk.errors import FlowError
+from flow_sdk.protocol import BootConfig, NodeRecord, Outcome, TaskRecord, TaskStatus
+from flow_sdk.providers import get_provider
+from flow_sdk.providers.base import LogRecord, Provider
+from flow_sdk.rendezvous import Membership, discover, worker_env
+from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.spec import TaskSpec
+
+POLL_S = 0.05  # how often workers are polled
+WATCH_S = 0.25  # how often the store is read (failures, completion, heartbeats)
+HEARTBEAT_TIMEOUT_S = 6.0  # a node whose counter did not move for this long is lost
+DECIDE_WINDOW_S = 1.0  # how long the first reporter collects other reports before deciding
+CANCEL_CHECK_S = 2.0
+
+
+class AgentLog:
+    """The agent's own lines, to its log stream (and its stdout, the node's boot log)."""
+
+    def __init__(self, provider: Provider, task_id: str, instance_id: str) -> None:
+        self._writer = provider.logs.writer(task_id, protocol.agent_stream(instance_id))
+
+    def __call__(self, message: str) -> None:
+        now = time.time()
+        self._writer.write([LogRecord(now, message)])
+        print(f"{time.strftime('%H:%M:%S', time.localtime(now))} {message}", flush=True)
+
+
+class Agent:
+    def __init__(self, boot: BootConfig, instance_id: str, address: str, workdir: Path) -> None:
+        self.boot = boot
+        self.task_id = boot.task_id
+        self.instance_id = instance_id
+        self.address = address
+        self.workdir = workdir
+        self.provider = get_provider(boot.provider, boot.provider_config)
+        self.log = AgentLog(self.provider, self.task_id, instance_id)
+        self.stop_requested = threading.Event()
+        self.boot_time = time.monotonic()
+
+    # -- records ----------------------------------------------------------------------------
+
+    def _write_node(self, m: Membership, phase: str, workers: int = 0) -> None:
+        record = NodeRecord(m.node_rank, self.instance_id, self.address, phase, time.time(),
+                            workers)
+        self.provider.store.put(protocol.node_key(self.task_id, m.node_rank),
+                                protocol.to_json(record))
+
+    def _write_outcome(self, outcome: Outcome) -> bool:
+        wrote = self.provider.store.put_if_absent(protocol.outcome_key(self.task_id),
+                                                  protocol.to_json(outcome))
+        if wrote:
+            self.log(f"task {outcome.status}: {outcome.message}")
+        return wrote
+
+    def _fail(self, message: str, node: int | None = None) -> int:
+        self._write_outcome(Outcome(TaskStatus.FAILED.value, message, time.time(), node=node))
+        return 1
+
+    # -- main -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.log(f"agent started on {self.instance_id} ({self.address}), task {self.task_id}")
+        # torch takes seconds to import: overlap it with discovery (the store needs it next).
+        preload = threading.Thread(target=import_module, args=("torch.distributed",), daemon=True)
+        preload.start()
+        raw = self.provider.store.get(protocol.task_key(self.task_id))
+        if raw is None:
+            return self._fail(f"node {self.instance_id} found no task record; the launch was "
+                              "incomplete")
+        record = TaskRecord.from_json(raw)
+        spec = TaskSpec.model_validate(record.spec)
+        blob = self.provider.store.get(protocol.payload_key(record.payload_digest))
+        if blob is None:
+            return self._fail(f"payload {record.payload_digest[:16]} is missing from the store")
+        (self.workdir / "payload").write_bytes(blob)
+        deadline = (self.boot_time + spec.max_run_time_hours * 3600
+                    if spec.max_run_time_hours is not None else None)
+        try:
+            membership = discover(lambda: self.provider.list_instances(self.task_id),
+                                  self.instance_id, expected=spec.num_instances,
+                                  minimum=spec.min_instances or spec.num_instances,
+                                  timeout_s=spec.availability_timeout_s)
+            self._write_node(membership, "rendezvous")
+            self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
+                     f"{membership.leader_address}")
+            preload.join()
+            store = NodeStore.connect(membership, record.rdzv_port, spec.availability_timeout_s)
+            store.heartbeat()
+            store.barrier("start", spec.availability_timeout_s)
+        except FlowError as exc:
+            self.log(f"rendezvous failed: {exc}")
+            return self._fail(str(exc))
+        self.log(f"all {membership.num_nodes} nodes arrived; starting {spec.slots_per_node} "
+                 f"worker(s)")
+        envs = [worker_env(task_id=self.task_id, membership=membership, local_rank=slot,
+                           slots_per_node=spec.slots_per_node, master_port=record.master_port,
+                           distributed=spec.distributed_mode == "auto",
+                           user_env=spec.environment)
+                for slot in range(spec.slots_per_node)]
+        workers = WorkerGroup(workdir=self.workdir, log_store=self.provider.logs,
+                              task_id=self.task_id, node_rank=membership.node_rank, envs=envs,
+                              pids_file=self.workdir / protocol.WORKER_PGIDS_FILE,
+                              payload_digest=record.payload_digest)
+        workers.start()
+        self._write_node(membership, "running", spec.slots_per_node)
+        try:
+            code = self._watch(membership, store, workers, deadline)
+        finally:
+            workers.stop()
+        if code != 0 and membership.is_leader:
+            self._linger_for_outcome()
+        self._write_node(membership, "done" if code == 0 else "failed", spec.slots_per_node)
+        return code
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def _report(self, store: NodeStore, report: FailureReport) -> None:
+        """Report a failure; the first reporter waits for others and writes the outcome."""
+        first = store.report_failure(report)
+        if not first:
+            return
+        time.sleep(DECIDE_WINDOW_S)
+        try:
+            reports = store.failure_reports() or [report]
+        except StoreLost:  # the leader went away meanwhile: decide on what this node saw
+            reports = [report]
+        root = min(reports, key=FailureReport.root_cause_key)
+        self._write_outcome(Outcome(root.status, root.message, time.time(), node=root.node,
+                                    rank=root.rank, exit_code=root.exit_code,
+                                    signal_name=root.signal_name, log_tail=list(root.log_tail),
+                                    has_error_payload=root.has_error_payload))
+
+    def _linger_for_outcome(self, timeout_s: float = DECIDE_WINDOW_S + 5.0) -> None:
+        """The leader hosts the store: keep it up until whichever node decides has written
+        the task's outcome (bounded, in case that node died too)."""
+        deadline = time.monotonic() + timeout_s
+        key = protocol.outcome_key(self.task_id)
+        while time.monotonic() < deadline and not self.provider.store.exists(key):
+            time.sleep(0.05)
+
+    def _worker_failure(self, m: Membership, workers: WorkerGroup,
+                        exit_: WorkerExit) -> FailureReport:
+        error_file = workers.error_path(exit_.rank)
+        has_error = error_file.exists()
+        if has_error:
+            self.provider.store.put(protocol.error_key(self.task_id, exit_.rank),
+                                    error_file.read_bytes())
+        tail = workers.tail(exit_.rank)
+        message = f"node {m.node_rank} rank {exit_.rank}: worker {exit_.describe()}"
+        if tail:
+            message += "; last lines:\n  " + "\n  ".join(tail[-10:])
+        return FailureReport(node=m.node_rank, status=TaskStatus.FAILED.value, message=message,
+                             observed_at=exit_.observed_at, rank=exit_.rank,
+                             exit_code=exit_.returncode if exit_.returncode > 0 else None,
+                             signal_name=exit_.signal_name, log_tail=tuple(tail),
+                             has_error_payload=has_error)
+
+    def _upload_results(self, workers: WorkerGroup) -> None:
+        for w in workers.workers:
+            w.join_output(5.0)  # every line is in the log store before the node reports done
+            path = workers.result_path(w.rank)
+            self.provider.store.put(protocol.result_key(self.task_id, w.rank), path.read_bytes())
+
+    def _watch(self, m: Membership, store: NodeStore, workers: WorkerGroup,
+               deadline: float | None) -> int:
+        done = False
+        last_watch = last_cancel = 0.0
+        seen: dict[int, tuple[int, float]] = {}
+        try:
+            while True:
+                if self.stop_requested.is_set():
+                    self.log("stop requested (SIGTERM): stopping workers")
+                    return 143
+                for exit_ in workers.poll():
+                    if exit_.returncode != 0:
+                        report = self._worker_failure(m, workers, exit_)
+                        self.log(report.message.splitlines()[0])
+                        workers.stop()
+                        self._report(store, report)
+                        return 1
+                if not done and workers.all_succeeded:
+                    self._upload_results(workers)
+                    store.mark_done()
+                    done = True
+                    self.log("all workers on this node succeeded")
+                    if not m.is_leader:
+                        return 0
+                now = time.monotonic()
+                if now - last_watch >= WATCH_S:
+                    last_watch = now
+                    if not done:
+                        store.heartbeat()
+                    if store.failed():
+                        self.log("another node failed: stopping workers")
+                        return 1
+                    if m.is_leader:
+                        finished = store.done_nodes()
+                        if len(finished) == m.num_nodes:
+                            self._write_outcome(Outcome(TaskStatus.SUCCEEDED.value,
+                                                        "every rank returned", time.time()))
+                            return 0
+                        lost = self._lost_node(store, finished, seen, now)
+                        if lost is not None:
+                            workers.stop()
+                            self._report(store, lost)
+                            return 1
+                    if deadline is not None and now >= deadline:
+                        workers.stop()
+                        self._report(store, FailureReport(
+                            node=m.node_rank, status=TaskStatus.TIMED_OUT.value,
+                            message="the task reached its max_run_time_hours cap and was "
+                                    "stopped on the nodes", observed_at=time.time()))
+                        return 1
+                if now - last_cancel >= CANCEL_CHECK_S:
+                    last_cancel = now
+                    if self.provider.store.exists(protocol.cancel_key(self.task_id)):
+                        self.log("task cancelled: stopping workers")
+                        return 1
+                time.sleep(POLL_S)
+        except StoreLost as exc:
+            self.log(str(exc))
+            workers.stop()
+            self._write_outcome(Outcome(
+                TaskStatus.FAILED.value, f"node {m.node_rank}: {exc}", time.time(), node=0))
+            return 1
+
+    def _lost_node(self, store: NodeStore, finished: set[int],
+                   seen: dict[int, tuple[int, float]], now: float) -> FailureReport | None:
+        """The first node whose heartbeat stopped moving for HEARTBEAT_TIMEOUT_S, if any."""
+        for node, count in enumerate(store.heartbeats()):
+            if node in finished or node == 0:
+                continue
+            previous = seen.get(node)
+            if previous is None or previous[0] != count:
+                seen[node] = (count, now)
+            elif now - previous[1] > HEARTBEAT_TIMEOUT_S:
+                return FailureReport(
+                    node=node, status=TaskStatus.FAILED.value,
+                    message=f"node {node} ({store.m.instance_ids[node]}, "
+                            f"{store.m.addresses[node]}) was lost: no heartbeat for "
+                            f"{now - previous[1]:.1f}s",
+                    observed_at=time.time() - (now - previous[1]))
+        return None
+
+
+def main() -> int:
+    boot, instance_id, address = BootConfig.from_env()
+    agent = Agent(boot, instance_id, address, Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd())))
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        agent.stop_requested.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        return agent.run()
+    except Exception as exc:  # last resort: record why the node died, then exit non-zero
+        agent.log("agent crashed:\n" + "".join(traceback.format_exception(exc)))
+        agent._fail(f"node agent on {instance_id} crashed: {exc!r}")
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""One worker process: check the payload, run the function, write its result or its error.
+
+Started by the node agent as ``python -m flow_sdk.agent.worker`` with the rendezvous
+environment already set. Exit code 0 means a result file was written; 1 means an error file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from flow_sdk import payload
+from flow_sdk.errors import PayloadError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_agent() -> None:
+    """Ask Linux to SIGKILL this process when the agent that started it dies."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    agent_pid = int(os.environ.get("FLOW_AGENT_PID", "0"))
+    if agent_pid and os.getppid() != agent_pid:  # the agent died before prctl took effect
+        os._exit(137)
+
+
+def _write(path: Path, data: bytes) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def _error_blob(exc: BaseException) -> bytes:
+    info: dict[str, Any] = {
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+    try:
+        return payload.dumps({**info, "exception": exc})
+    except PayloadError:  # the exception object itself does not pickle: ship its text
+        return payload.dumps(info)
+
+
+def main() -> int:
+    _die_with_agent()
+    blob = Path(os.environ["FLOW_PAYLOAD_PATH"]).read_bytes()
+    result_path = Path(os.environ["FLOW_RESULT_PATH"])
+    error_path = Path(os.environ["FLOW_ERROR_PATH"])
+    if payload.digest(blob) != os.environ["FLOW_PAYLOAD_DIGEST"]:
+        exc = PayloadError("payload does not match the digest it was stored under; refusing "
+                           "to unpickle it")
+        _write(error_path, _error_blob(exc))
+        print(f"flow: {exc}", file=sys.stderr)
+        return 1
+    try:
+        fn, args, kwargs = payload.loads(blob)
+        result = fn(*args, **kwargs)
+        data = payload.dumps(result)
+    except Exception as exc:  # the user's code may raise anything: ship it to the caller
+        traceback.print_exc()
+        _write(error_path, _error_blob(exc))
+        return 1
+    _write(result_path, data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)

@@ -1,0 +1,141 @@
+"""``FlowApp`` and ``@app.function``: the public way to declare and launch a task."""
+
+from __future__ import annotations
+
+import functools
+import re
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from flow_sdk import payload, protocol
+from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
+from flow_sdk.protocol import BootConfig, Outcome, TaskRecord, TaskStatus
+from flow_sdk.providers import get_provider
+from flow_sdk.providers.base import LaunchRequest, Provider
+from flow_sdk.spec import TaskSpec, build_task_spec
+from flow_sdk.task import Task, save_client_record
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def new_task_id(name: str) -> str:
+    """``<function>-<yyyymmdd-hhmmss>-<random>``: unique, sortable by start, path-safe."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:24] or "task"
+    return f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+class FlowApp:
+    """A named group of remote functions sharing a default provider."""
+
+    def __init__(self, name: str = "flow-app", *, provider: str = "local",
+                 provider_config: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.default_provider = provider
+        self._provider_configs: dict[str, dict[str, Any] | None] = {provider: provider_config}
+        self._providers: dict[str, Provider] = {}
+
+    def provider(self, name: str | None = None) -> Provider:
+        key = name or self.default_provider
+        if key not in self._providers:
+            self._providers[key] = get_provider(key, self._provider_configs.get(key))
+        return self._providers[key]
+
+    @overload
+    def function(self, fn: Callable[P, R], /) -> RemoteFunction[P, R]: ...
+
+    @overload
+    def function(self, fn: None = None, /, **options: Any
+                 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]: ...
+
+    def function(self, fn: Callable[P, R] | None = None, /, **options: Any
+                 ) -> RemoteFunction[P, R] | Callable[[Callable[P, R]], RemoteFunction[P, R]]:
+        """Declare a remote function. Options are validated now; bad ones raise
+        ``flow_sdk.ValidationError`` naming the field, and nothing is launched."""
+
+        def wrap(func: Callable[P, R]) -> RemoteFunction[P, R]:
+            return RemoteFunction(self, func, self._spec_for(func, options))
+
+        return wrap(fn) if fn is not None else wrap
+
+    def _spec_for(self, func: Callable[..., Any], options: dict[str, Any]) -> TaskSpec:
+        options = {"provider": self.default_provider, **options}
+        spec = build_task_spec(app=self.name, name=getattr(func, "__name__", "task"), **options)
+        try:
+            provider = self.provider(spec.provider)
+        except ProviderError as exc:
+            raise ValidationError([FieldProblem("provider", str(exc))]) from None
+        problems = provider.check(spec)
+        if problems:
+            raise ValidationError(problems)
+        return spec
+
+
+class RemoteFunction(Generic[P, R]):
+    """A function with a task spec. Call it to run in-process; ``.remote``/``.spawn`` to run
+    it as a task on the spec's nodes."""
+
+    def __init__(self, app: FlowApp, fn: Callable[P, R], spec: TaskSpec) -> None:
+        self.app = app
+        self.fn = fn
+        self.spec = spec
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"RemoteFunction({self.spec.name!r}, nodes={self.spec.num_instances}, " \
+               f"provider={self.spec.provider!r})"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def local(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run in this process, like calling the function."""
+        return self.fn(*args, **kwargs)
+
+    def with_options(self, **options: Any) -> RemoteFunction[P, R]:
+        """A copy with some options replaced (validated like the decorator's)."""
+        merged = {k: v for k, v in self.spec.model_dump().items() if k not in ("app", "name")}
+        merged.update(options)
+        return RemoteFunction(self.app, self.fn, self.app._spec_for(self.fn, merged))
+
+    def spawn(self, *args: P.args, **kwargs: P.kwargs) -> Task:
+        """Launch the task and return its handle at once."""
+        provider = self.app.provider(self.spec.provider)
+        blob = payload.pack_call(self.fn, args, kwargs)
+        return launch_task(provider, self.spec, blob)
+
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Launch, wait, and return rank 0's value (re-raising a remote exception).
+        Interrupting the wait (Ctrl-C) cancels the task."""
+        task = self.spawn(*args, **kwargs)
+        try:
+            result: R = task.result()
+        except KeyboardInterrupt:
+            task.cancel()
+            raise
+        return result
+
+
+def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
+    """Store the payload and task record, then start the nodes as one gang."""
+    task_id = new_task_id(spec.name)
+    digest = payload.digest(blob)
+    store = provider.store
+    if not store.exists(protocol.payload_key(digest)):
+        store.put(protocol.payload_key(digest), blob)
+    rdzv_port, master_port = provider.rendezvous_ports()
+    record = TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), rdzv_port,
+                        master_port)
+    store.put(protocol.task_key(task_id), protocol.to_json(record))
+    save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
+                                           "created_at": record.created_at})
+    boot = BootConfig(task_id, provider.name, provider.config())
+    try:
+        provider.launch(LaunchRequest(task_id, spec, boot.to_env()))
+    except FlowError as exc:
+        store.put_if_absent(protocol.outcome_key(task_id), protocol.to_json(
+            Outcome(TaskStatus.FAILED.value, f"launch failed: {exc}", time.time())))
+        raise
+    return Task(task_id, provider)

@@ -1,0 +1,113 @@
+"""Typed errors. Every message says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class FlowError(Exception):
+    """Base class of every error raised by flow-sdk."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One rejected field of a user's task description."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class ValidationError(FlowError, ValueError):
+    """The task description is invalid. Raised before anything is launched.
+
+    ``problems`` lists every rejected field with the reason and the fix.
+    """
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid task specification ({len(self.problems)} problem(s)):\n{lines}")
+
+    @property
+    def fields(self) -> list[str]:
+        return [p.field for p in self.problems]
+
+
+class ProviderError(FlowError):
+    """A provider could not do what was asked (launch, describe, terminate, store)."""
+
+
+class CapacityError(ProviderError):
+    """No offer could be launched: every attempt is listed in the message."""
+
+
+class TaskNotFoundError(FlowError, LookupError):
+    """No task with this id is known to this machine's flow data directory."""
+
+
+class TaskTimeoutError(FlowError, TimeoutError):
+    """Waiting for a task took longer than the caller allowed. The task keeps running."""
+
+
+class TaskError(FlowError):
+    """A task ended without a result. ``status`` is its terminal state."""
+
+    def __init__(self, message: str, *, task_id: str, status: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.status = status
+
+
+class TaskFailedError(TaskError):
+    """A worker or a node failed. Names the node, rank, exit code or signal and the log tail."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task_id: str,
+        node: int | None = None,
+        rank: int | None = None,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
+        log_tail: list[str] | None = None,
+    ) -> None:
+        super().__init__(message, task_id=task_id, status="FAILED")
+        self.node = node
+        self.rank = rank
+        self.exit_code = exit_code
+        self.signal_name = signal_name
+        self.log_tail = list(log_tail or [])
+
+
+class TaskCancelledError(TaskError):
+    """The task was cancelled before it produced a result."""
+
+
+class TaskTimedOutError(TaskError):
+    """The task hit its ``max_run_time_hours`` cap and was stopped on the nodes."""
+
+
+class PayloadError(FlowError):
+    """A payload or result could not be serialized, or failed its digest check."""
+
+
+class RendezvousError(FlowError):
+    """Nodes could not find each other or did not all arrive in time."""
+
+
+class RemoteTraceback(Exception):
+    """Carries the formatted traceback of an exception raised on a node.
+
+    Set as ``__cause__`` of the re-raised exception so it prints below it.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f"\n\nRemote traceback:\n{self.text}"

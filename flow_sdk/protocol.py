@@ -1,0 +1,167 @@
+"""The records that the client and the node agents exchange through a provider's store.
+
+One place for the key layout and the JSON shapes, so ``app``/``task`` (client side) and
+``agent`` (node side) cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+# The agent lists its workers' process groups in this file of its working directory, so a
+# provider whose nodes are local processes can stop everything a node started.
+WORKER_PGIDS_FILE = "worker-pgids"
+
+
+class TaskStatus(str, Enum):
+    PENDING = "PENDING"
+    PROVISIONING = "PROVISIONING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED,
+                       TaskStatus.TIMED_OUT})
+
+
+def payload_key(digest: str) -> str:
+    return f"payloads/{digest}"
+
+
+def task_key(task_id: str) -> str:
+    return f"tasks/{task_id}/task.json"
+
+
+def outcome_key(task_id: str) -> str:
+    return f"tasks/{task_id}/outcome.json"
+
+
+def cancel_key(task_id: str) -> str:
+    return f"tasks/{task_id}/cancel"
+
+
+def result_key(task_id: str, rank: int) -> str:
+    return f"tasks/{task_id}/results/{rank:06d}"
+
+
+def results_prefix(task_id: str) -> str:
+    return f"tasks/{task_id}/results/"
+
+
+def error_key(task_id: str, rank: int) -> str:
+    return f"tasks/{task_id}/errors/{rank:06d}"
+
+
+def node_key(task_id: str, node: int) -> str:
+    return f"tasks/{task_id}/nodes/{node:06d}.json"
+
+
+def nodes_prefix(task_id: str) -> str:
+    return f"tasks/{task_id}/nodes/"
+
+
+def task_prefix(task_id: str) -> str:
+    return f"tasks/{task_id}/"
+
+
+def rank_stream(node: int, rank: int) -> str:
+    """The log stream of one worker."""
+    return f"node-{node}.rank-{rank}"
+
+
+def agent_stream(instance_id: str) -> str:
+    """The log stream of one node's agent, named by instance so it exists before the rendezvous."""
+    return f"agent.{instance_id}"
+
+
+def to_json(record: Any) -> bytes:
+    return json.dumps(asdict(record), sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """Written by the client at spawn; read by every node agent."""
+
+    task_id: str
+    spec: dict[str, Any]  # TaskSpec.model_dump(mode="json")
+    payload_digest: str
+    created_at: float
+    rdzv_port: int
+    master_port: int
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TaskRecord:
+        return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A node's place in the task, written by its agent after discovery."""
+
+    node: int
+    instance_id: str
+    address: str
+    phase: str  # "rendezvous" | "running" | "done" | "failed"
+    updated_at: float
+    workers: int = 0
+
+    @classmethod
+    def from_json(cls, data: bytes) -> NodeRecord:
+        return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The terminal state of a task; the first writer wins (``put_if_absent``)."""
+
+    status: str  # a terminal TaskStatus value
+    message: str
+    finished_at: float
+    node: int | None = None
+    rank: int | None = None
+    exit_code: int | None = None
+    signal_name: str | None = None
+    log_tail: list[str] = field(default_factory=list)
+    has_error_payload: bool = False
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Outcome:
+        return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class BootConfig:
+    """What a node agent is started with (the same for every node of a task)."""
+
+    task_id: str
+    provider: str
+    provider_config: Mapping[str, Any]
+
+    def to_env(self) -> dict[str, str]:
+        data = {"task_id": self.task_id, "provider": self.provider,
+                "provider_config": dict(self.provider_config)}
+        return {"FLOW_BOOT": json.dumps(data, sort_keys=True)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str, str]:
+        """The boot config plus this node's instance id and address."""
+        data = json.loads(environ["FLOW_BOOT"])
+        return (cls(task_id=data["task_id"], provider=data["provider"],
+                    provider_config=data["provider_config"]),
+                environ["FLOW_INSTANCE_ID"], environ["FLOW_NODE_ADDRESS"])

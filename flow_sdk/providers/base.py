@@ -1,0 +1,150 @@
+"""The one interface every provider implements.
+
+Like SkyPilot's ``sky/provision``: each cloud implements the same small set of calls and the
+caller never branches on the cloud. A provider launches and terminates a task's nodes, lists
+them for the rendezvous, and offers an object store and a log store. It must be rebuildable
+from a JSON-safe ``config()`` so that node agents and ``Task.from_id`` can reach it too.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from flow_sdk.errors import FieldProblem
+from flow_sdk.spec import TaskSpec
+
+InstanceState = Literal["pending", "running", "terminated"]
+
+
+@dataclass(frozen=True)
+class SshEndpoint:
+    host: str
+    port: int
+    user: str
+    host_key: str  # "ssh-ed25519 AAAA..." as it appears in known_hosts, pinned at launch
+    key_path: str  # private key the client uses, mode 0600
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One node of a task as the provider reports it."""
+
+    instance_id: str
+    task_id: str
+    address: str  # the private address the other nodes reach it at
+    state: InstanceState
+    launched_at: float
+    ssh: SshEndpoint | None = None
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What a provider needs to start a task's nodes."""
+
+    task_id: str
+    spec: TaskSpec
+    boot_env: Mapping[str, str] = field(default_factory=dict)  # set for the node agent
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    ts: float  # seconds since the epoch, taken on the node when the line was read
+    text: str
+
+
+class ObjectStore(abc.ABC):
+    """A flat key -> bytes store (a directory locally, S3 on AWS)."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Write only when ``key`` is absent; True when this call wrote it."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes, or None when there is no such key."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Every key that starts with ``prefix``, sorted."""
+
+    @abc.abstractmethod
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key under ``prefix``; returns how many were deleted."""
+
+    def exists(self, key: str) -> bool:
+        return self.get(key) is not None
+
+
+class LogWriter(abc.ABC):
+    @abc.abstractmethod
+    def write(self, records: list[LogRecord]) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class LogStore(abc.ABC):
+    """Named, append-only line streams per task (files locally, CloudWatch Logs on AWS).
+
+    Readers page with an opaque integer cursor so ``follow`` never re-reads a line.
+    """
+
+    @abc.abstractmethod
+    def writer(self, task_id: str, stream: str) -> LogWriter: ...
+
+    @abc.abstractmethod
+    def streams(self, task_id: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def read(self, task_id: str, stream: str, cursor: int = 0) -> tuple[list[LogRecord], int]:
+        """Records after ``cursor`` and the cursor to pass next time."""
+
+
+class Provider(abc.ABC):
+    """Launch, discover and terminate nodes; store objects and logs."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Provider:
+        """Rebuild the provider from ``config()`` (on a node, or in another client process)."""
+
+    @abc.abstractmethod
+    def config(self) -> dict[str, Any]:
+        """JSON-safe settings that ``from_config`` takes. Never holds credentials."""
+
+    @property
+    @abc.abstractmethod
+    def store(self) -> ObjectStore: ...
+
+    @property
+    @abc.abstractmethod
+    def logs(self) -> LogStore: ...
+
+    @abc.abstractmethod
+    def check(self, spec: TaskSpec) -> list[FieldProblem]:
+        """Provider-specific problems with a spec, found before anything is launched."""
+
+    @abc.abstractmethod
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        """Start all ``spec.num_instances`` nodes as one gang, or none: a partial gang is
+        terminated before this raises."""
+
+    @abc.abstractmethod
+    def list_instances(self, task_id: str) -> list[Instance]:
+        """Every node of the task in one (paged) call, sorted by instance id."""
+
+    @abc.abstractmethod
+    def terminate(self, task_id: str) -> None:
+        """Stop every node of the task and everything running on it. Idempotent."""
+
+    def rendezvous_ports(self) -> tuple[int, int]:
+        """(agent store port, MASTER_PORT) for a new task. Cloud nodes own their ports."""
+        return 29400, 29500

@@ -1,0 +1,126 @@
+"""An object store and a log store on a directory (used by the local provider)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import IO
+
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore
+
+
+def _safe_part(value: str, what: str) -> str:
+    if not value or value.startswith("/") or ".." in value.split("/") or "\\" in value:
+        raise ProviderError(f"unsafe {what} {value!r}: relative names without '..' only")
+    return value
+
+
+class FileObjectStore(ObjectStore):
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / _safe_part(key, "object key")
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        with open(temp, "wb") as fh:
+            fh.write(data)
+        return temp
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        os.replace(self._write_temp(path, data), path)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        temp = self._write_temp(path, data)
+        try:
+            os.link(temp, path)  # atomic: fails when the key exists
+        except FileExistsError:
+            return False
+        finally:
+            temp.unlink()
+        return True
+
+    def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.root / _safe_part(prefix.rstrip("/") or ".", "prefix")
+        start = base if base.is_dir() else base.parent
+        if not start.is_dir():
+            return []
+        keys = []
+        for dirpath, _dirs, files in os.walk(start):
+            for name in files:
+                if name.startswith("."):
+                    continue
+                key = (Path(dirpath) / name).relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list(prefix)
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+        base = self.root / _safe_part(prefix.rstrip("/") or ".", "prefix")
+        if prefix.endswith("/") and base.is_dir():
+            shutil.rmtree(base, ignore_errors=True)
+        return len(keys)
+
+
+class _FileLogWriter(LogWriter):
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[bytes] = open(path, "ab", buffering=0)
+
+    def write(self, records: list[LogRecord]) -> None:
+        if records:
+            text = "".join(f"{r.ts:.6f}\t{r.text.replace(chr(10), ' ')}\n" for r in records)
+            self._fh.write(text.encode("utf-8", errors="replace"))
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class FileLogStore(LogStore):
+    """One file per stream: lines of ``<epoch seconds>\\t<text>``; the cursor is a byte offset."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, task_id: str, stream: str) -> Path:
+        return self.root / _safe_part(task_id, "task id") / f"{_safe_part(stream, 'stream')}.log"
+
+    def writer(self, task_id: str, stream: str) -> LogWriter:
+        return _FileLogWriter(self._path(task_id, stream))
+
+    def streams(self, task_id: str) -> list[str]:
+        folder = self.root / _safe_part(task_id, "task id")
+        if not folder.is_dir():
+            return []
+        return sorted(p.name[: -len(".log")] for p in folder.iterdir() if p.name.endswith(".log"))
+
+    def read(self, task_id: str, stream: str, cursor: int = 0) -> tuple[list[LogRecord], int]:
+        path = self._path(task_id, stream)
+        if not path.exists():
+            return [], cursor
+        with open(path, "rb") as fh:
+            fh.seek(cursor)
+            chunk = fh.read()
+        end = chunk.rfind(b"\n") + 1  # only whole lines; a half-written one waits
+        records = []
+        for raw in chunk[:end].splitlines():
+            ts, _, text = raw.decode("utf-8", errors="replace").partition("\t")
+            records.append(LogRecord(float(ts), text))
+        return records, cursor + end

@@ -1,0 +1,6 @@
+"""Node-side coordination: membership, ranks, the start barrier, heartbeats, failure broadcast."""
+
+from flow_sdk.rendezvous.env import worker_env
+from flow_sdk.rendezvous.membership import Membership, assign_ranks, discover
+
+__all__ = ["Membership", "assign_ranks", "discover", "worker_env"]

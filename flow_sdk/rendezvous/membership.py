@@ -1,0 +1,73 @@
+"""Who is in the task and which rank each node takes: ranks follow sorted instance ids."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from flow_sdk.errors import RendezvousError
+
+
+class Member(Protocol):
+    @property
+    def instance_id(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Membership:
+    node_rank: int
+    num_nodes: int
+    leader_address: str
+    instance_ids: tuple[str, ...]  # in rank order
+    addresses: tuple[str, ...]  # in rank order
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node_rank == 0
+
+
+def assign_ranks(members: Sequence[Member], self_id: str) -> Membership:
+    """Rank = position in the instance ids sorted ascending; rank 0 leads."""
+    ordered = sorted(members, key=lambda m: m.instance_id)
+    ids = tuple(m.instance_id for m in ordered)
+    if self_id not in ids:
+        raise RendezvousError(f"this node ({self_id}) is not among the task's running "
+                              f"instances {list(ids)}")
+    return Membership(node_rank=ids.index(self_id), num_nodes=len(ids),
+                      leader_address=ordered[0].address, instance_ids=ids,
+                      addresses=tuple(m.address for m in ordered))
+
+
+def discover(list_members: Callable[[], Sequence[Member]], self_id: str, expected: int,
+             minimum: int, timeout_s: float, poll_s: float = 0.25,
+             clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep) -> Membership:
+    """Poll the provider's instance list (one call per poll) until ``expected`` nodes run.
+
+    After ``timeout_s`` it settles for ``minimum`` or more running nodes; below that it
+    raises, naming the nodes that are not running.
+    """
+    deadline = clock() + timeout_s
+    while True:
+        members = list_members()
+        running = [m for m in members if m.state == "running"]
+        if len(running) >= expected:
+            return assign_ranks(running, self_id)
+        if clock() >= deadline:
+            if len(running) >= minimum:
+                return assign_ranks(running, self_id)
+            missing = [f"{m.instance_id} ({m.state})" for m in members if m.state != "running"]
+            unlaunched = expected - len(members)
+            detail = ", ".join(missing) if missing else "none reported"
+            raise RendezvousError(
+                f"only {len(running)} of {expected} nodes were running after {timeout_s:.0f}s "
+                f"(need at least {minimum}); not running: {detail}"
+                + (f"; {unlaunched} never appeared" if unlaunched > 0 else "")
+                + ". Raise availability_timeout_s or lower min_instances.")
+        sleep(poll_s)

@@ -1,0 +1,282 @@
+"""The task description: every option of ``@app.function`` validated into a ``TaskSpec``.
+
+ALL validation of user input happens here, when the decorator runs, before any provider call.
+A rejected option raises :class:`flow_sdk.errors.ValidationError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import posixpath
+import re
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from flow_sdk.catalog.gpus import GPU_MODELS, find_gpu_model
+from flow_sdk.errors import FieldProblem, ValidationError
+
+MAX_GPUS_PER_NODE = 16
+MAX_INSTANCES = 4096
+MAX_WORKERS_PER_NODE = 256
+
+_GPU_RE = re.compile(
+    r"^(?P<name>[a-z][a-z0-9]*?)"
+    r"(?:-(?P<mem>\d+)gb)?"
+    r"(?:\.(?P<form>[a-z]+))?"
+    r"(?::(?P<count>-?\d+)|\.(?P<countx>-?\d+)x)?$"
+)
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VOLUME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_S3_URI_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
+
+# Mounting over these (or under the first group) would break the node's operating system.
+_SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+                 "/lib64", "/boot", "/run")
+_SYSTEM_EXACT = ("/", "/var", "/tmp", "/home", "/root", "/opt", "/srv", "/mnt")
+
+Priority = Literal["low", "med", "high"]
+DistributedMode = Literal["auto", "manual"]
+Interconnect = Literal["ethernet", "efa", "infiniband"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuSpec(_Frozen):
+    """A GPU request per node: model, memory, form factor and count."""
+
+    model: str
+    memory_gb: int
+    form_factor: str
+    count: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
+
+    @classmethod
+    def parse(cls, text: str) -> GpuSpec:
+        """Parse the forms users write: ``h100:8``, ``H100:8``, ``a100-80gb:4``,
+        ``h100-80gb.sxm.8x``, ``a10g`` (one GPU)."""
+        if not isinstance(text, str):
+            raise ValueError(f"expected a string such as 'h100:8', got {type(text).__name__}")
+        match = _GPU_RE.match(text.strip().lower())
+        if match is None:
+            raise ValueError(
+                f"cannot parse GPU spec {text!r}; write MODEL[:COUNT], e.g. 'h100:8', "
+                "'a100-80gb:4' or 'h100-80gb.sxm.8x'"
+            )
+        model = find_gpu_model(match["name"])
+        if model is None:
+            known = ", ".join(m.name for m in GPU_MODELS)
+            close = difflib.get_close_matches(match["name"], [m.name for m in GPU_MODELS], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown GPU model {match['name']!r}{hint}; known models: {known}")
+        memory = int(match["mem"]) if match["mem"] else model.default_memory_gb
+        if memory not in model.memory_gb:
+            sizes = ", ".join(f"{m}gb" for m in model.memory_gb)
+            raise ValueError(f"{model.name} comes with {sizes}, not {memory}gb")
+        form = match["form"] or model.form_factors[0]
+        if form not in model.form_factors:
+            raise ValueError(f"{model.name} comes as {', '.join(model.form_factors)}, not {form!r}")
+        raw_count = match["count"] or match["countx"]
+        count = int(raw_count) if raw_count is not None else 1
+        if count < 1:
+            raise ValueError(f"GPU count must be at least 1 (got {count}); for CPU nodes pass gpu=None")
+        if count > MAX_GPUS_PER_NODE:
+            raise ValueError(f"at most {MAX_GPUS_PER_NODE} GPUs per node (got {count}); "
+                             "use num_instances for more nodes")
+        return cls(model=model.name, memory_gb=memory, form_factor=form, count=count)
+
+    def __str__(self) -> str:
+        return f"{self.model}-{self.memory_gb}gb.{self.form_factor}:{self.count}"
+
+
+class VolumeSpec(_Frozen):
+    """A named persistent volume mounted at a path on the nodes."""
+
+    name: str
+    size_gb: int = Field(default=100, ge=1, le=65536)
+    interface: Literal["file", "block"] = "file"
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_safe(cls, value: str) -> str:
+        if not _VOLUME_NAME_RE.match(value):
+            raise ValueError(
+                f"volume name {value!r} must be 1-63 characters of a-z, 0-9, '-' and '_', "
+                "starting with a letter or digit"
+            )
+        return value
+
+
+def check_mount_path(path: str) -> str:
+    """An absolute, normalized path that is not a system directory; returns it unchanged."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"mount path {path!r} must be absolute, e.g. '/shared/data'")
+    if ".." in path.split("/"):
+        raise ValueError(f"mount path {path!r} must not contain '..'")
+    normalized = posixpath.normpath(path)
+    if normalized != path.rstrip("/") or "//" in path:
+        raise ValueError(f"mount path {path!r} is not normalized; write {normalized!r}")
+    if normalized in _SYSTEM_EXACT or any(
+        normalized == tree or normalized.startswith(tree + "/") for tree in _SYSTEM_TREES
+    ):
+        raise ValueError(f"mount path {path!r} would cover a system directory; use a path such as "
+                         f"'/shared{normalized if normalized != '/' else '/data'}'")
+    return normalized
+
+
+def check_s3_uri(uri: str) -> str:
+    if not isinstance(uri, str) or _S3_URI_RE.match(uri) is None:
+        raise ValueError(f"mount source {uri!r} must be an S3 URI such as 's3://bucket/prefix'")
+    if ".." in uri.split("/"):
+        raise ValueError(f"mount source {uri!r} must not contain '..'")
+    return uri
+
+
+def _finite_positive(value: float | None, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive number (got {value!r}); leave it unset for no cap")
+    return float(value)
+
+
+class TaskSpec(_Frozen):
+    """Everything needed to launch one task. Built by ``@app.function`` and stored with the task."""
+
+    app: str
+    name: str
+    provider: str = "local"
+    gpu: GpuSpec | None = None
+    num_instances: int = Field(default=1, ge=1, le=MAX_INSTANCES)
+    min_instances: int | None = None
+    workers_per_node: int | None = None
+    distributed_mode: DistributedMode = "auto"
+    environment: dict[str, str] = Field(default_factory=dict)
+    image: str | None = None
+    region: str | None = None
+    volumes: dict[str, VolumeSpec] = Field(default_factory=dict)
+    mounts: dict[str, str] = Field(default_factory=dict)
+    max_price_per_hour: float | None = None
+    max_run_time_hours: float | None = None
+    priority: Priority = "med"
+    internode_interconnect: Interconnect | None = None
+    availability_timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
+    max_restarts: int = Field(default=0, ge=0, le=100)
+    preflight: bool = False
+    key_name: str | None = None
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _parse_gpu(cls, value: Any) -> Any:
+        if value is None or isinstance(value, GpuSpec | dict):
+            return value
+        return GpuSpec.parse(value)
+
+    @field_validator("environment")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not _ENV_NAME_RE.match(k)]
+        if bad:
+            raise ValueError(f"environment variable names {bad} are not valid shell names "
+                             "(letters, digits and '_', not starting with a digit)")
+        return value
+
+    @field_validator("volumes", mode="before")
+    @classmethod
+    def _volume_paths(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {check_mount_path(path): spec for path, spec in value.items()}
+        return value
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, value: dict[str, str]) -> dict[str, str]:
+        return {check_mount_path(path): check_s3_uri(uri) for path, uri in value.items()}
+
+    @field_validator("internode_interconnect", mode="before")
+    @classmethod
+    def _interconnect_lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("max_price_per_hour")
+    @classmethod
+    def _price(cls, value: float | None) -> float | None:
+        return _finite_positive(value, "max_price_per_hour (USD per instance-hour)")
+
+    @field_validator("max_run_time_hours")
+    @classmethod
+    def _runtime(cls, value: float | None) -> float | None:
+        return _finite_positive(value, "max_run_time_hours")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> TaskSpec:
+        if self.min_instances is not None and not 1 <= self.min_instances <= self.num_instances:
+            raise ValueError(f"min_instances must be between 1 and num_instances "
+                             f"({self.num_instances}), got {self.min_instances}")
+        if self.workers_per_node is not None:
+            if not 1 <= self.workers_per_node <= MAX_WORKERS_PER_NODE:
+                raise ValueError(f"workers_per_node must be between 1 and {MAX_WORKERS_PER_NODE}")
+            if self.gpu is not None and self.workers_per_node != self.gpu.count:
+                raise ValueError(f"workers_per_node={self.workers_per_node} disagrees with "
+                                 f"gpu={self.gpu} (one worker per GPU); drop workers_per_node")
+        if self.distributed_mode == "manual" and self.workers_per_node not in (None, 1):
+            raise ValueError("distributed_mode='manual' runs one process per node; "
+                             "drop workers_per_node or use distributed_mode='auto'")
+        paths = sorted([*self.volumes, *self.mounts])
+        for outer, inner in zip(paths, paths[1:]):
+            if inner == outer or inner.startswith(outer.rstrip("/") + "/"):
+                raise ValueError(f"mount paths {outer!r} and {inner!r} overlap; "
+                                 "give each volume and mount its own directory")
+        for path, volume in self.volumes.items():
+            if volume.interface == "block" and self.num_instances > 1:
+                raise ValueError(f"volume {volume.name!r} at {path} uses interface='block', which "
+                                 "attaches to one node only; use interface='file' for a "
+                                 "volume shared by all nodes")
+        return self
+
+    @property
+    def slots_per_node(self) -> int:
+        """Worker processes per node: one per GPU, else ``workers_per_node`` (default 1)."""
+        if self.distributed_mode == "manual":
+            return 1
+        if self.gpu is not None:
+            return self.gpu.count
+        return self.workers_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.num_instances * self.slots_per_node
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("function-before", "function-after")]
+    return ".".join(parts) or "task"
+
+
+def _clean_message(message: str) -> str:
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message
+
+
+def build_task_spec(**options: Any) -> TaskSpec:
+    """Validate user options into a TaskSpec, or raise ValidationError naming every bad field."""
+    known = set(TaskSpec.model_fields)
+    problems = []
+    for key in options:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(FieldProblem(key, f"unknown option{hint}"))
+    if problems:
+        raise ValidationError(problems)
+    try:
+        return TaskSpec(**options)
+    except pydantic.ValidationError as exc:
+        raise ValidationError(
+            [FieldProblem(_field_name(e["loc"]), _clean_message(e["msg"])) for e in exc.errors()]
+        ) from None

@@ -35,13 +35,12 @@ class FlowApp:
         self.name = name
         self.default_provider = provider
         self._provider_configs: dict[str, dict[str, Any] | None] = {provider: provider_config}
-        self._providers: dict[str, Provider] = {}
 
     def provider(self, name: str | None = None) -> Provider:
+        """A provider instance, built per call so it reflects the current environment
+        (e.g. ``FLOW_HOME``) rather than the one at decoration time."""
         key = name or self.default_provider
-        if key not in self._providers:
-            self._providers[key] = get_provider(key, self._provider_configs.get(key))
-        return self._providers[key]
+        return get_provider(key, self._provider_configs.get(key))
 
     @overload
     def function(self, fn: Callable[P, R], /) -> RemoteFunction[P, R]: ...

@@ -6,6 +6,7 @@ environment already set. Exit code 0 means a result file was written; 1 means an
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
@@ -71,9 +72,17 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+def run_and_exit() -> None:
+    """Run, then leave without C++ static teardown: libraries such as gloo can abort the
+    process there ("terminate called without an active exception") after the result was
+    written. Python's atexit handlers still run."""
     code = main()
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
-    sys.exit(code)
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    run_and_exit()

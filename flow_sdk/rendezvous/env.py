@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from flow_sdk.rendezvous.membership import Membership
@@ -39,5 +40,7 @@ def worker_env(*, task_id: str, membership: Membership, local_rank: int, slots_p
             "MASTER_PORT": str(master_port),
             "TORCHELASTIC_RUN_ID": task_id,
         })
+    # Like torchrun: several workers on one node must not each start a thread per core.
+    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, slots_per_node)))
     env.update(user_env or {})
     return env

@@ -187,3 +187,18 @@ class LocalProvider(Provider):
         """Agent pids of the task that are still running (for tests and ``flow gc``)."""
         return [rec["pid"] for rec in self._records(task_id)
                 if _process.is_alive(rec["pid"], rec["ticks"])]
+
+    def agent_pid(self, task_id: str, instance_id: str) -> int:
+        return int(self._record(task_id, instance_id)["pid"])
+
+    def worker_pids(self, task_id: str, instance_id: str) -> list[int]:
+        """PIDs of the node's worker processes, once its agent started them."""
+        pids_file = Path(self._record(task_id, instance_id)["workdir"]) / protocol.WORKER_PGIDS_FILE
+        return [int(p) for p in pids_file.read_text().split()] if pids_file.exists() else []
+
+    def _record(self, task_id: str, instance_id: str) -> dict[str, Any]:
+        path = self._records_dir(task_id) / f"{instance_id}.json"
+        if not path.exists():
+            raise ProviderError(f"task {task_id} has no local instance {instance_id}")
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data

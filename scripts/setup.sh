@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install flow-sdk and what it needs, from this checkout.
+#   bash scripts/setup.sh          # the SDK, torch (CPU build when none is installed)
+#   bash scripts/setup.sh --dev    # plus test tools and system packages (OpenSSH server)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+
+# A plain `torch` requirement with no torch installed pulls several GB of CUDA wheels.
+# Pin the CPU build first when torch is missing; pyproject keeps a range.
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  "$PY" -m pip install --quiet "torch==2.13.0"
+fi
+
+if [ "${1:-}" = "--dev" ]; then
+  if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+    SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssh-server openssh-client >/dev/null
+  fi
+  "$PY" -m pip install --quiet -e ".[dev]"
+else
+  "$PY" -m pip install --quiet -e ".[torch]"
+fi

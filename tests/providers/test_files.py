@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.base import LogRecord
+from flow_sdk.providers.files import FileLogStore, FileObjectStore
+
+
+def test_object_store_put_get_list_delete(tmp_path: Path) -> None:
+    store = FileObjectStore(tmp_path)
+    assert store.get("a/b") is None
+    store.put("a/b", b"1")
+    store.put("a/c/d", b"2")
+    store.put("z", b"3")
+    assert store.get("a/b") == b"1"
+    assert store.list("a/") == ["a/b", "a/c/d"]
+    assert store.delete_prefix("a/") == 2
+    assert store.list("a/") == [] and store.get("z") == b"3"
+
+
+def test_put_if_absent_has_one_winner(tmp_path: Path) -> None:
+    store = FileObjectStore(tmp_path)
+    assert store.put_if_absent("k", b"first") is True
+    assert store.put_if_absent("k", b"second") is False
+    assert store.get("k") == b"first"
+
+
+@pytest.mark.parametrize("key", ["../x", "/abs", "a/../../b"])
+def test_unsafe_keys_rejected(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ProviderError):
+        FileObjectStore(tmp_path).put(key, b"")
+
+
+def test_log_store_cursor_never_rereads_and_waits_for_whole_lines(tmp_path: Path) -> None:
+    logs = FileLogStore(tmp_path)
+    writer = logs.writer("t", "node-0.rank-0")
+    writer.write([LogRecord(1.0, "one"), LogRecord(2.0, "two")])
+    records, cursor = logs.read("t", "node-0.rank-0")
+    assert [r.text for r in records] == ["one", "two"]
+    path = tmp_path / "t" / "node-0.rank-0.log"
+    with open(path, "ab") as fh:
+        fh.write(b"3.0\thalf")  # a line still being written
+    records, cursor2 = logs.read("t", "node-0.rank-0", cursor)
+    assert records == [] and cursor2 == cursor
+    with open(path, "ab") as fh:
+        fh.write(b" done\n")
+    records, _ = logs.read("t", "node-0.rank-0", cursor2)
+    assert [r.text for r in records] == ["half done"]
+    assert logs.streams("t") == ["node-0.rank-0"]
+    writer.close()

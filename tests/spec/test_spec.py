@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from flow_sdk import FlowApp, GpuSpec, ValidationError
+from flow_sdk.spec import build_task_spec, check_mount_path
+
+
+@pytest.mark.parametrize(("text", "model", "memory", "form", "count"), [
+    ("h100:8", "h100", 80, "sxm", 8),
+    ("H100:8", "h100", 80, "sxm", 8),
+    ("a100-80gb:4", "a100", 80, "sxm", 4),
+    ("a100:2", "a100", 40, "sxm", 2),
+    ("h100-80gb.sxm.8x", "h100", 80, "sxm", 8),
+    ("h100.pcie:2", "h100", 80, "pcie", 2),
+    ("a10g", "a10g", 24, "pcie", 1),
+    (" l40s:4 ", "l40s", 48, "pcie", 4),
+])
+def test_gpu_spec_forms(text: str, model: str, memory: int, form: str, count: int) -> None:
+    spec = GpuSpec.parse(text)
+    assert (spec.model, spec.memory_gb, spec.form_factor, spec.count) == (model, memory, form, count)
+    assert GpuSpec.parse(str(spec)) == spec  # the canonical form round-trips
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("h100:0", "at least 1"),
+    ("h100:-1", "at least 1"),
+    ("h100:17", "at most 16"),
+    ("h999:8", "unknown GPU model 'h999'"),
+    ("hundred", "unknown GPU model"),
+    ("a100-48gb:8", "comes with 40gb, 80gb"),
+    ("t4.sxm:1", "comes as pcie"),
+    ("h100::8", "cannot parse"),
+    ("", "cannot parse"),
+])
+def test_gpu_spec_rejections_name_the_problem(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        GpuSpec.parse(text)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(("options", "field", "fragment"), [
+    ({"gpu": "h100:0"}, "gpu", "at least 1"),
+    ({"num_instances": 0}, "num_instances", "greater than or equal to 1"),
+    ({"gpu": "h999:8"}, "gpu", "unknown GPU"),
+    ({"max_price_per_hour": -1.0}, "max_price_per_hour", "positive"),
+    ({"max_price_per_hour": math.inf}, "max_price_per_hour", "positive"),
+    ({"max_run_time_hours": -2}, "max_run_time_hours", "positive"),
+    ({"max_run_time_hours": 0}, "max_run_time_hours", "positive"),
+    ({"gpus": "h100:8"}, "gpus", "did you mean 'gpu'"),
+    ({"distributed_mode": "magic"}, "distributed_mode", "auto"),
+    ({"environment": {"1BAD": "x"}}, "environment", "not valid shell names"),
+    ({"num_instances": 2, "min_instances": 3}, "task", "min_instances"),
+    ({"gpu": "h100:8", "workers_per_node": 4}, "task", "disagrees"),
+    ({"priority": "urgent"}, "priority", "low"),
+])
+def test_bad_options_raise_validation_error_naming_the_field(
+        options: dict, field: str, fragment: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        build_task_spec(app="a", name="f", **options)
+    assert field in info.value.fields
+    assert fragment in str(info.value)
+
+
+def test_bad_spec_at_decoration_starts_nothing(flow_home) -> None:
+    app = FlowApp("bad")
+    for options in ({"gpu": "h100:0"}, {"num_instances": 0}, {"gpu": "nope:1"},
+                    {"max_price_per_hour": -5}, {"max_run_time_hours": -1}):
+        with pytest.raises(ValidationError):
+            app.function(**options)(lambda: None)
+    assert not (flow_home / "tasks").exists()
+    assert not (flow_home / "local" / "instances").exists()
+
+
+def test_unknown_provider_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError) as info:
+        FlowApp("x").function(provider="nimbus")(lambda: None)
+    assert info.value.fields == ["provider"]
+    assert "available" in str(info.value)
+
+
+def test_world_size_and_slots() -> None:
+    assert build_task_spec(app="a", name="f", gpu="h100:8", num_instances=4).world_size == 32
+    cpu = build_task_spec(app="a", name="f", num_instances=3, workers_per_node=2)
+    assert (cpu.slots_per_node, cpu.world_size) == (2, 6)
+    manual = build_task_spec(app="a", name="f", gpu="h100:8", num_instances=2,
+                             distributed_mode="manual")
+    assert manual.slots_per_node == 1
+
+
+def test_spec_round_trips_through_json() -> None:
+    spec = build_task_spec(app="a", name="f", gpu="a100-80gb:4", num_instances=2,
+                           environment={"A": "1"}, max_price_per_hour=40)
+    from flow_sdk.spec import TaskSpec
+    assert TaskSpec.model_validate(spec.model_dump(mode="json")) == spec
+
+
+@pytest.mark.parametrize("path", ["relative", "/", "/usr", "/usr/local/x", "/etc/ssl", "/proc/1",
+                                  "/a/../b", "/a//b", "/tmp"])
+def test_mount_paths_rejected(path: str) -> None:
+    with pytest.raises(ValueError):
+        check_mount_path(path)
+
+
+def test_mount_paths_accepted() -> None:
+    assert check_mount_path("/shared/ckpt") == "/shared/ckpt"
+    assert check_mount_path("/data") == "/data"

@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 import traceback
-from importlib import import_module
 from pathlib import Path
 from types import FrameType
 
@@ -80,9 +79,6 @@ class Agent:
 
     def run(self) -> int:
         self.log(f"agent started on {self.instance_id} ({self.address}), task {self.task_id}")
-        # torch takes seconds to import: overlap it with discovery (the store needs it next).
-        preload = threading.Thread(target=import_module, args=("torch.distributed",), daemon=True)
-        preload.start()
         raw = self.provider.store.get(protocol.task_key(self.task_id))
         if raw is None:
             return self._fail(f"node {self.instance_id} found no task record; the launch was "
@@ -103,7 +99,6 @@ class Agent:
             self._write_node(membership, "rendezvous")
             self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
                      f"{membership.leader_address}")
-            preload.join()
             store = NodeStore.connect(membership, record.rdzv_port, spec.availability_timeout_s)
             store.heartbeat()
             store.barrier("start", spec.availability_timeout_s)
@@ -129,6 +124,7 @@ class Agent:
             workers.stop()
         if code != 0 and membership.is_leader:
             self._linger_for_outcome()
+        store.close()
         self._write_node(membership, "done" if code == 0 else "failed", spec.slots_per_node)
         return code
 

@@ -27,3 +27,7 @@ class UnsupportedColumnError(DataError, TypeError):
 
 class MissingDependencyError(DataError, ImportError):
     """An optional dependency needed for this call is not installed."""
+
+
+class ColumnNotFoundError(DataError, LookupError):
+    """A requested column is not in the dataset's schema."""

@@ -1,7 +1,7 @@
 """The coordination store a task's node agents share, hosted by the leader's agent.
 
-Built on torch's ``TCPStore``. Keys live under a generation prefix so a re-rendezvous after a
-restart starts clean. The store carries the start barrier, heartbeats (counters, so clocks
+Built on the stdlib ``kvstore`` (torch's TCPStore would make every agent import torch). Keys
+live under a generation prefix so a re-rendezvous after a restart starts clean. The store carries the start barrier, heartbeats (counters, so clocks
 need not agree), per-node completion flags and failure reports.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from typing import Any
 
 from flow_sdk.errors import RendezvousError
+from flow_sdk.rendezvous.kvstore import KVClient, KVServer
 from flow_sdk.rendezvous.membership import Membership
 
 
@@ -42,28 +42,36 @@ class StoreLost(RendezvousError):
 
 
 class NodeStore:
-    def __init__(self, store: Any, membership: Membership, generation: int = 0) -> None:
-        self._store = store
+    def __init__(self, client: KVClient, membership: Membership, server: KVServer | None = None,
+                 generation: int = 0) -> None:
+        self._store = client
+        self._server = server
         self.m = membership
         self._prefix = f"g{generation}/"
 
     @classmethod
     def connect(cls, membership: Membership, port: int, timeout_s: float,
                 generation: int = 0) -> NodeStore:
-        from torch.distributed import TCPStore  # node side only: the client never imports torch
-
-        timeout = timedelta(seconds=timeout_s)
+        """The leader hosts the store on its address; every node (leader too) connects."""
+        server = None
         try:
             if membership.is_leader:
-                store = TCPStore(membership.leader_address, port, is_master=True,
-                                 wait_for_workers=False, timeout=timeout)
-            else:
-                store = TCPStore(membership.leader_address, port, is_master=False, timeout=timeout)
-        except (RuntimeError, OSError) as exc:
+                server = KVServer(membership.leader_address, port)
+            client = KVClient(membership.leader_address, server.port if server else port,
+                              connect_timeout_s=timeout_s)
+        except OSError as exc:
+            if server is not None:
+                server.close()
             role = "host" if membership.is_leader else "reach"
             raise RendezvousError(f"could not {role} the rendezvous store at "
-                                  f"{membership.leader_address}:{port}: {exc}") from exc
-        return cls(store, membership, generation)
+                                  f"{membership.leader_address}:{port} within {timeout_s:.0f}s: "
+                                  f"{exc}") from exc
+        return cls(client, membership, server, generation)
+
+    def close(self) -> None:
+        self._store.close()
+        if self._server is not None:
+            self._server.close()
 
     def _k(self, key: str) -> str:
         return self._prefix + key
@@ -71,7 +79,7 @@ class NodeStore:
     def _call(self, op: str, *args: Any) -> Any:
         try:
             return getattr(self._store, op)(*args)
-        except (RuntimeError, OSError) as exc:  # torch's DistError family derives RuntimeError
+        except OSError as exc:
             raise StoreLost(f"lost contact with the leader (node 0 at {self.m.leader_address}): "
                             f"{exc}") from exc
 
@@ -94,7 +102,7 @@ class NodeStore:
     def heartbeats(self) -> list[int]:
         """Every node's heartbeat counter, by node rank."""
         keys = [self._k(f"hb/{r}") for r in range(self.m.num_nodes)]
-        return [int(v) for v in self._call("multi_get", keys)]
+        return [int(v or 0) for v in self._call("multi_get", keys)]
 
     def mark_done(self) -> None:
         self._call("set", self._k(f"done/{self.m.node_rank}"), "1")
@@ -112,11 +120,11 @@ class NodeStore:
         return bool(self._call("check", [self._k("fail/count")]))
 
     def failure_reports(self) -> list[FailureReport]:
+        keys = [self._k(f"fail/report/{r}") for r in range(self.m.num_nodes)]
         reports = []
-        for r in range(self.m.num_nodes):
-            key = self._k(f"fail/report/{r}")
-            if self._call("check", [key]):
-                data = json.loads(self._call("get", key))
+        for raw in self._call("multi_get", keys):
+            if raw is not None:
+                data = json.loads(raw)
                 data["log_tail"] = tuple(data["log_tail"])
                 reports.append(FailureReport(**data))
         return reports

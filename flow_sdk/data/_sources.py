@@ -1,0 +1,337 @@
+"""Where rows come from: parquet files (local or S3) and in-memory Arrow tables.
+
+A source is a list of *units*, each with a row count known without reading data: a parquet row
+group (counts from the file footers), or a block of rows of an in-memory table. Sharding,
+shuffling and DataLoader-worker splitting all work on units.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flow_sdk.data._errors import DataSourceError, SchemaMismatchError
+from flow_sdk.data._s3 import DEFAULT_READ_AHEAD, S3Object, S3Reader
+from flow_sdk.data._sharding import assign_row_groups, even_row_ranges
+
+PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
+TABLE_UNIT_ROWS = 65_536
+_FOOTER_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A piece of a source with a known row count.
+
+    ``part`` is the file index (0 for tables); ``index`` is the row-group index within the file,
+    or the first row of the block for tables.
+    """
+
+    part: int
+    index: int
+    num_rows: int
+
+
+class Source(ABC):
+    """Rows split into units; readable in any unit order."""
+
+    schema: pa.Schema
+    units: tuple[Unit, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(unit.num_rows for unit in self.units)
+
+    @abstractmethod
+    def read(
+        self, units: Sequence[Unit], columns: list[str] | None, batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        """Yield record batches of at most ``batch_rows`` rows covering ``units`` in order."""
+
+    @abstractmethod
+    def subset(self, units: Sequence[Unit]) -> Source:
+        """The same data restricted to ``units`` (kept in the given order)."""
+
+    @abstractmethod
+    def shard(self, rank: int, world_size: int) -> Source:
+        """This rank's disjoint, balanced part of the source."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """A short human-readable description, for reprs and error messages."""
+
+
+class TableSource(Source):
+    """An in-memory Arrow table; units are blocks of up to 65,536 rows.
+
+    Shards are even contiguous row ranges (zero-copy slices of the table).
+    """
+
+    def __init__(self, table: pa.Table, units: Sequence[Unit] | None = None) -> None:
+        self.table = table
+        self.schema = table.schema
+        if units is None:
+            units = [
+                Unit(0, start, min(TABLE_UNIT_ROWS, table.num_rows - start))
+                for start in range(0, table.num_rows, TABLE_UNIT_ROWS)
+            ]
+        self.units = tuple(units)
+
+    def read(
+        self, units: Sequence[Unit], columns: list[str] | None, batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        table = self.table if columns is None else self.table.select(columns)
+        for unit in units:
+            yield from table.slice(unit.index, unit.num_rows).to_batches(max_chunksize=batch_rows)
+
+    def subset(self, units: Sequence[Unit]) -> TableSource:
+        return TableSource(self.table, units)
+
+    def shard(self, rank: int, world_size: int) -> TableSource:
+        if self._is_whole_table():
+            start, stop = even_row_ranges(self.num_rows, world_size)[rank]
+            return TableSource(self.table.slice(start, stop - start))
+        assignment = assign_row_groups([u.num_rows for u in self.units], world_size)
+        return self.subset([self.units[i] for i in assignment[rank]])
+
+    def _is_whole_table(self) -> bool:
+        expected = 0
+        for unit in self.units:
+            if unit.index != expected:
+                return False
+            expected += unit.num_rows
+        return expected == self.table.num_rows
+
+    def describe(self) -> str:
+        return f"in-memory table ({self.num_rows} rows)"
+
+
+@dataclass(frozen=True)
+class ParquetFileInfo:
+    """One parquet file: where it is, its size, and the row count of each row group."""
+
+    location: str
+    size: int
+    row_groups: tuple[int, ...]
+
+
+def _row_groups(metadata: pq.FileMetaData) -> tuple[int, ...]:
+    return tuple(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups))
+
+
+def _check_schemas(files: Sequence[ParquetFileInfo], schemas: Sequence[pa.Schema]) -> pa.Schema:
+    first = schemas[0]
+    for info, schema in zip(files[1:], schemas[1:]):
+        if not schema.equals(first, check_metadata=False):
+            raise SchemaMismatchError(
+                f"{info.location} has schema {schema.to_string(show_schema_metadata=False)!r} "
+                f"but {files[0].location} has {first.to_string(show_schema_metadata=False)!r}; "
+                "every file of one dataset must have the same columns and types"
+            )
+    return first
+
+
+def _is_data_file(name: str) -> bool:
+    return not name.startswith(("_", ".")) and name.lower().endswith(PARQUET_SUFFIXES)
+
+
+def _local_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise DataSourceError(f"{path} does not exist; pass a parquet file or a directory of them")
+    found: list[Path] = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        found.extend(Path(root) / name for name in sorted(names) if _is_data_file(name))
+    if not found:
+        raise DataSourceError(
+            f"no parquet files ({', '.join(PARQUET_SUFFIXES)}) found under {path}"
+        )
+    return found
+
+
+class ParquetSource(Source):
+    """Parquet files, local or on S3; units are row groups.
+
+    Local files are opened when read. S3 objects are listed once when the source is created,
+    their footers are fetched with one ranged GET each (two if the footer is larger than
+    64 KiB), and whole objects are fetched when their row groups are read, through the
+    reader's bounded read-ahead. Hive partition directories are not turned into columns.
+    """
+
+    def __init__(
+        self,
+        files: Sequence[ParquetFileInfo],
+        schema: pa.Schema,
+        units: Sequence[Unit] | None = None,
+        *,
+        s3_uri: str | None = None,
+        endpoint_url: str | None = None,
+        read_ahead: int = DEFAULT_READ_AHEAD,
+    ) -> None:
+        self.files = tuple(files)
+        self.schema = schema
+        if units is None:
+            units = [
+                Unit(part, index, rows)
+                for part, info in enumerate(self.files)
+                for index, rows in enumerate(info.row_groups)
+            ]
+        self.units = tuple(units)
+        self.s3_uri = s3_uri
+        self.endpoint_url = endpoint_url
+        self.read_ahead = read_ahead
+        self._reader: S3Reader | None = None
+
+    @classmethod
+    def from_local(cls, path: str | os.PathLike[str]) -> ParquetSource:
+        files: list[ParquetFileInfo] = []
+        schemas: list[pa.Schema] = []
+        for file in _local_files(Path(path)):
+            try:
+                metadata = pq.read_metadata(file)
+            except (OSError, pa.ArrowException) as exc:
+                raise DataSourceError(f"{file} is not a readable parquet file: {exc}") from exc
+            files.append(ParquetFileInfo(str(file), file.stat().st_size, _row_groups(metadata)))
+            schemas.append(metadata.schema.to_arrow_schema())
+        return cls(files, _check_schemas(files, schemas))
+
+    @classmethod
+    def from_s3(
+        cls,
+        uri: str,
+        *,
+        endpoint_url: str | None = None,
+        read_ahead: int = DEFAULT_READ_AHEAD,
+        client: Any | None = None,
+    ) -> ParquetSource:
+        reader = S3Reader(uri, endpoint_url=endpoint_url, read_ahead=read_ahead, client=client)
+        prefix = reader.prefix
+        objects = [
+            obj
+            for obj in reader.list_objects()
+            if obj.key == prefix
+            or (
+                (not prefix or prefix.endswith("/") or obj.key.startswith(prefix + "/"))
+                and _is_data_file(obj.key.rsplit("/", 1)[-1])
+            )
+        ]
+        if not objects:
+            raise DataSourceError(f"no parquet objects found under {uri}")
+        files: list[ParquetFileInfo] = []
+        schemas: list[pa.Schema] = []
+        for obj, tail in reader.iter_tails(objects, _FOOTER_TAIL_BYTES):
+            metadata = _footer_metadata(reader, obj, tail)
+            files.append(ParquetFileInfo(obj.key, obj.size, _row_groups(metadata)))
+            schemas.append(metadata.schema.to_arrow_schema())
+        result = cls(
+            files,
+            _check_schemas(files, schemas),
+            s3_uri=uri,
+            endpoint_url=endpoint_url,
+            read_ahead=read_ahead,
+        )
+        result._reader = reader
+        return result
+
+    def _s3_reader(self) -> S3Reader:
+        if self._reader is None:
+            if self.s3_uri is None:
+                raise DataSourceError("this parquet source is not on S3")
+            self._reader = S3Reader(
+                self.s3_uri, endpoint_url=self.endpoint_url, read_ahead=self.read_ahead
+            )
+        return self._reader
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None  # sockets and threads stay in this process
+        return state
+
+    def read(
+        self, units: Sequence[Unit], columns: list[str] | None, batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        groups = [
+            (part, [unit.index for unit in run])
+            for part, run in itertools.groupby(units, key=lambda unit: unit.part)
+        ]
+        if self.s3_uri is None:
+            for part, row_groups in groups:
+                location = self.files[part].location
+                try:
+                    parquet = pq.ParquetFile(location)
+                except (OSError, pa.ArrowException) as exc:
+                    raise DataSourceError(f"could not open {location}: {exc}") from exc
+                with parquet:
+                    yield from _read_row_groups(parquet, row_groups, columns, batch_rows)
+            return
+        reader = self._s3_reader()
+        objects = [
+            S3Object(self.files[part].location, self.files[part].size) for part, _ in groups
+        ]
+        for (_, row_groups), (key, data) in zip(groups, reader.iter_objects(objects)):
+            try:
+                parquet = pq.ParquetFile(pa.BufferReader(pa.py_buffer(data)))
+            except pa.ArrowException as exc:
+                raise DataSourceError(f"s3 object {key} is not valid parquet: {exc}") from exc
+            yield from _read_row_groups(parquet, row_groups, columns, batch_rows)
+
+    def subset(self, units: Sequence[Unit]) -> ParquetSource:
+        clone = ParquetSource(
+            self.files,
+            self.schema,
+            units,
+            s3_uri=self.s3_uri,
+            endpoint_url=self.endpoint_url,
+            read_ahead=self.read_ahead,
+        )
+        clone._reader = self._reader
+        return clone
+
+    def shard(self, rank: int, world_size: int) -> ParquetSource:
+        assignment = assign_row_groups([unit.num_rows for unit in self.units], world_size)
+        return self.subset([self.units[i] for i in assignment[rank]])
+
+    def describe(self) -> str:
+        where = self.s3_uri if self.s3_uri is not None else (
+            self.files[0].location if len(self.files) == 1 else f"{len(self.files)} files"
+        )
+        return f"parquet {where} ({self.num_rows} rows in {len(self.units)} row groups)"
+
+
+def _read_row_groups(
+    parquet: pq.ParquetFile, row_groups: list[int], columns: list[str] | None, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from parquet.iter_batches(
+            batch_size=batch_rows, row_groups=row_groups, columns=columns, use_threads=True
+        )
+    except pa.ArrowException as exc:
+        raise DataSourceError(f"could not decode parquet row groups {row_groups}: {exc}") from exc
+
+
+def _footer_metadata(reader: S3Reader, obj: S3Object, tail: bytes) -> pq.FileMetaData:
+    """Parse a parquet footer from the last bytes of an object (fetching more if needed)."""
+    where = f"s3://{reader.bucket}/{obj.key}"
+    if len(tail) < 8 or tail[-4:] != b"PAR1":
+        raise DataSourceError(f"{where} is not a parquet file (no PAR1 footer)")
+    footer_len = struct.unpack("<I", tail[-8:-4])[0]
+    needed = footer_len + 8
+    if needed > obj.size:
+        raise DataSourceError(f"{where} has a corrupt parquet footer")
+    if needed > len(tail):
+        tail = reader.fetch_range(obj, obj.size - needed, obj.size)
+    try:
+        return pq.read_metadata(pa.BufferReader(pa.py_buffer(tail[-needed:])))
+    except pa.ArrowException as exc:
+        raise DataSourceError(f"{where} has an unreadable parquet footer: {exc}") from exc

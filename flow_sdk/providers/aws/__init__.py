@@ -1,0 +1,22 @@
+"""The ``aws`` provider: EC2 nodes, S3 objects, CloudWatch Logs.
+
+* ``_launch``: the one gang ``run_instances`` per attempt (MinCount/MaxCount, tags, IMDSv2,
+  instance profile, key pair, security group, cluster placement group + EFA interfaces, spot,
+  ClientToken, shutdown = terminate) and failover across zones, regions and instance types in
+  the catalog's order (``flow_sdk.catalog.offers.plan_offers``), rolling back partial gangs.
+* ``_resources``: per-task security group / key pair / placement group, VPC, AMI (the Deep
+  Learning Base AMI through its public SSM parameter), instance profile.
+* ``_userdata`` + ``bootstrap.sh.tmpl``: the node bootstrap (no credentials in it).
+* ``_s3store`` / ``_cwlogs``: the object store and the log store.
+* ``_gc``: reclaim what belongs to ended tasks.
+* ``_simulate``: the simulated cloud (moto's instances played by local agent processes).
+
+Usage: ``FlowApp("x", provider="aws", provider_config={"region": "us-east-1"})``.
+"""
+
+from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.aws._gc import GcReport
+from flow_sdk.providers.aws._provider import AwsProvider, InstanceDetail
+from flow_sdk.providers.aws._simulate import simulated_address
+
+__all__ = ["AwsConfig", "AwsProvider", "GcReport", "InstanceDetail", "simulated_address"]

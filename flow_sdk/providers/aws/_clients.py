@@ -1,0 +1,52 @@
+"""boto3 clients for one provider: one session, one client per (service, region, purpose)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+_GENERAL = {"mode": "standard", "max_attempts": 6}
+# run_instances gets no botocore retries: the launcher retries transient errors itself with
+# the same ClientToken and treats capacity errors (HTTP 500 on AWS) as "try the next offer".
+_LAUNCH = {"mode": "standard", "total_max_attempts": 1}
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def error_message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
+
+
+def http_status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+class Clients:
+    """Thread-safe cache of boto3 clients; ``endpoint_url`` (moto) applies to every service."""
+
+    def __init__(self, endpoint_url: str | None, session: boto3.session.Session | None = None
+                 ) -> None:
+        self.endpoint_url = endpoint_url
+        self.session = session if session is not None else boto3.session.Session()
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str, bool], Any] = {}
+
+    def get(self, service: str, region: str, *, launch: bool = False) -> Any:
+        """The client for ``service`` in ``region``; ``launch=True``: no automatic retries."""
+        key = (service, region, launch)
+        with self._lock:
+            client = self._cache.get(key)
+            if client is None:
+                config = Config(retries=_LAUNCH if launch else _GENERAL,  # type: ignore[arg-type]
+                                connect_timeout=10, read_timeout=60, max_pool_connections=32,
+                                s3={"addressing_style": "path"} if self.endpoint_url else None)
+                client = self.session.client(service, region_name=region,
+                                             endpoint_url=self.endpoint_url, config=config)
+                self._cache[key] = client
+            return client

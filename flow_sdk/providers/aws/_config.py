@@ -1,0 +1,178 @@
+"""The ``aws`` provider's settings: JSON-safe, credential-free, validated once.
+
+The same mapping rebuilds the provider on the client, in ``Task.from_id`` and on every node
+(it travels in ``FLOW_BOOT``), so it must never hold a secret: nodes get credentials from their
+instance profile (real AWS) or from their process environment (the simulated cloud).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from flow_sdk import __version__
+from flow_sdk.errors import ProviderError
+
+# The AWS Deep Learning Base AMI (NVIDIA driver, CUDA, Docker with the NVIDIA container
+# toolkit, the EFA installer), published per region as a public SSM parameter.
+DLAMI_PARAMETER = ("/aws/service/deeplearning/ami/x86_64/"
+                   "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")
+DEFAULT_AGENT_PIP = f"flow-sdk[aws,torch]=={__version__}"
+DEFAULT_PREFIX = "flow/"
+DEFAULT_LOG_GROUP_PREFIX = "/flow/"
+
+_REGION_RE = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d+$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_SECRET_WORDS = ("secret", "password", "credential", "access_key", "session_token", "token")
+
+
+def reject_credentials(config: Mapping[str, Any], where: str = "provider_config") -> None:
+    """Raise when a key of ``config`` (at any depth) looks like a credential."""
+    for key, value in config.items():
+        lowered = str(key).lower()
+        if any(word in lowered for word in _SECRET_WORDS):
+            raise ProviderError(
+                f"{where}.{key}: the aws provider config must not hold credentials (it is "
+                "stored with tasks and sent to every node); remove it and use the standard AWS "
+                "credential chain (environment, ~/.aws, SSO); nodes use their instance profile")
+        if isinstance(value, Mapping):
+            reject_credentials(value, f"{where}.{key}")
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    """Settings of the simulated cloud: moto's instances are played by local agent processes."""
+
+    root: str  # node working directories and process records
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """Where a task's gang landed; set in the config the nodes of that gang boot with."""
+
+    task_id: str
+    region: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class AwsConfig:
+    region: str  # home region: the S3 bucket, CloudWatch Logs, the default launch region
+    regions: tuple[str, ...] = ()  # launch regions in order of preference; () = (region,)
+    bucket: str | None = None  # None: flow-sdk-<account>-<region>, created on first use
+    prefix: str = DEFAULT_PREFIX  # key prefix inside the bucket
+    endpoint_url: str | None = None  # one endpoint for every service (moto), None for AWS
+    ssh_cidr: str | None = None  # who may SSH to nodes; None: this machine's public IP /32
+    instance_profile: str | None = None  # None: flow-sdk-node-<hash>, created when missing
+    ami_id: str | None = None  # overrides the SSM parameter in every region
+    ami_ssm_parameter: str = DLAMI_PARAMETER
+    agent_pip: str = DEFAULT_AGENT_PIP  # what the bootstrap pip-installs on the node
+    log_group_prefix: str = DEFAULT_LOG_GROUP_PREFIX
+    log_retention_days: int = 30
+    max_launch_attempts: int = 32
+    simulate: SimulateConfig | None = None
+    launch: NodeLaunch | None = None  # set on nodes only
+
+    @property
+    def launch_regions(self) -> tuple[str, ...]:
+        return self.regions or (self.region,)
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> AwsConfig:
+        """Validate ``config`` (the provider_config a user passes, or ``to_dict()`` output)."""
+        reject_credentials(config)
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ProviderError(f"provider_config has unknown key(s) {unknown} for the aws "
+                                f"provider; known keys: {', '.join(sorted(known))}")
+        region = config.get("region") or os.environ.get("AWS_REGION") \
+            or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        _check_region(region, "region")
+        regions = tuple(config.get("regions") or ())
+        if isinstance(config.get("regions"), str):
+            raise ProviderError("provider_config.regions must be a list such as "
+                                "['us-east-1', 'us-west-2'], not a string")
+        for name in regions:
+            _check_region(name, "regions")
+        bucket = config.get("bucket")
+        if bucket is not None and not _BUCKET_RE.match(bucket):
+            raise ProviderError(f"provider_config.bucket {bucket!r} is not a valid S3 bucket "
+                                "name (3-63 characters of a-z, 0-9, '.' and '-')")
+        prefix = config.get("prefix", DEFAULT_PREFIX)
+        if not isinstance(prefix, str) or prefix.startswith("/") or (prefix and
+                                                                     not prefix.endswith("/")):
+            raise ProviderError(f"provider_config.prefix {prefix!r} must be empty or a relative "
+                                "path ending in '/', e.g. 'flow/'")
+        ssh_cidr = config.get("ssh_cidr")
+        if ssh_cidr is not None:
+            ssh_cidr = check_ssh_cidr(ssh_cidr)
+        retention = int(config.get("log_retention_days", 30))
+        attempts = int(config.get("max_launch_attempts", 32))
+        if attempts < 1:
+            raise ProviderError("provider_config.max_launch_attempts must be at least 1")
+        simulate = config.get("simulate")
+        launch = config.get("launch")
+        return cls(
+            region=region, regions=regions, bucket=bucket, prefix=prefix,
+            endpoint_url=config.get("endpoint_url"), ssh_cidr=ssh_cidr,
+            instance_profile=config.get("instance_profile"), ami_id=config.get("ami_id"),
+            ami_ssm_parameter=config.get("ami_ssm_parameter") or DLAMI_PARAMETER,
+            agent_pip=config.get("agent_pip") or DEFAULT_AGENT_PIP,
+            log_group_prefix=config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX,
+            log_retention_days=retention, max_launch_attempts=attempts,
+            simulate=_simulate(simulate) if simulate is not None else None,
+            launch=NodeLaunch(**launch) if launch is not None else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-safe mapping ``from_mapping`` takes back (no credentials, by construction)."""
+        data: dict[str, Any] = {
+            "region": self.region, "regions": list(self.regions), "bucket": self.bucket,
+            "prefix": self.prefix, "endpoint_url": self.endpoint_url, "ssh_cidr": self.ssh_cidr,
+            "instance_profile": self.instance_profile, "ami_id": self.ami_id,
+            "ami_ssm_parameter": self.ami_ssm_parameter, "agent_pip": self.agent_pip,
+            "log_group_prefix": self.log_group_prefix,
+            "log_retention_days": self.log_retention_days,
+            "max_launch_attempts": self.max_launch_attempts,
+        }
+        if self.simulate is not None:
+            data["simulate"] = {"root": self.simulate.root}
+        if self.launch is not None:
+            data["launch"] = {"task_id": self.launch.task_id, "region": self.launch.region,
+                              "attempt": self.launch.attempt}
+        return data
+
+    def for_node(self, task_id: str, region: str, attempt: int) -> AwsConfig:
+        """The config the nodes of one launched gang boot with."""
+        return replace(self, launch=NodeLaunch(task_id, region, attempt))
+
+
+def _check_region(name: Any, key: str) -> None:
+    if not isinstance(name, str) or not _REGION_RE.match(name):
+        raise ProviderError(f"provider_config.{key}: {name!r} is not an AWS region name such "
+                            "as 'us-east-1'")
+
+
+def _simulate(value: Any) -> SimulateConfig:
+    if not isinstance(value, Mapping) or not isinstance(value.get("root"), str):
+        raise ProviderError("provider_config.simulate must be a mapping with 'root' (a "
+                            "directory for the simulated nodes), e.g. {'root': '/tmp/flow-sim'}")
+    return SimulateConfig(root=value["root"])
+
+
+def check_ssh_cidr(value: str) -> str:
+    """The CIDR SSH is allowed from; never the whole internet."""
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ProviderError(f"provider_config.ssh_cidr {value!r} is not a CIDR such as "
+                            "'203.0.113.7/32'") from None
+    if network.prefixlen == 0:
+        raise ProviderError(f"provider_config.ssh_cidr {value!r} would open SSH to the whole "
+                            "internet; give your own address, e.g. '203.0.113.7/32'")
+    return str(network)

@@ -1,0 +1,137 @@
+"""``flow gc`` for AWS: reclaim instances, security groups, key pairs and placement groups whose
+task has ended, or that carry no live task.
+
+Only resources tagged with this provider's store (``flow:store = s3://bucket/prefix``) are
+considered, so two flow installations sharing an account never reclaim each other's. A task is
+live while its record is in the store, it has no outcome, and it is within its runtime cap.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from flow_sdk import protocol
+from flow_sdk.errors import ProviderError
+from flow_sdk.protocol import TaskRecord
+from flow_sdk.providers.aws._resources import (
+    TAG_STORE,
+    TAG_TASK,
+    delete_resources,
+    tag_value,
+    tagged_resources,
+)
+
+if TYPE_CHECKING:
+    from flow_sdk.providers.aws._provider import AwsProvider
+
+RUNTIME_GRACE_S = 3600.0  # past max_run_time_hours by this much, a task counts as ended
+
+
+@dataclass
+class GcReport:
+    """What ``gc`` found and did. With ``dry_run`` the same lists say what it would do."""
+
+    dry_run: bool
+    terminated_instances: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # still in use: the next gc removes them
+    stopped_processes: list[int] = field(default_factory=list)  # simulated cloud only
+    live_tasks: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # task id -> why it was reclaimed
+
+    def __str__(self) -> str:
+        verb = "would reclaim" if self.dry_run else "reclaimed"
+        lines = [f"flow gc {verb}: {len(self.terminated_instances)} instance(s), "
+                 f"{len(self.deleted)} other resource(s); {len(self.deferred)} deferred; "
+                 f"{len(self.live_tasks)} live task(s) kept"]
+        lines += [f"  task {task}: {why}" for task, why in sorted(self.reasons.items())]
+        lines += [f"  deferred: {item}" for item in self.deferred]
+        return "\n".join(lines)
+
+
+def task_verdict(provider: AwsProvider, task_id: str, now: float) -> str | None:
+    """None while the task is live, else why its resources may go."""
+    if not task_id:
+        return "carries an empty task id"
+    store = provider.store
+    raw = store.get(protocol.task_key(task_id))
+    if raw is None:
+        return "no task record in the store"
+    outcome = store.get(protocol.outcome_key(task_id))
+    if outcome is not None:
+        return f"task ended {protocol.Outcome.from_json(outcome).status}"
+    record = TaskRecord.from_json(raw)
+    cap = record.spec.get("max_run_time_hours")
+    if cap is not None and now > record.created_at + float(cap) * 3600 + RUNTIME_GRACE_S:
+        return "task is past its max_run_time_hours and wrote no outcome"
+    return None
+
+
+def _live_instances(ec2: Any) -> list[dict[str, Any]]:
+    found = []
+    for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": "tag-key", "Values": [TAG_TASK]},
+                     {"Name": "instance-state-name",
+                      "Values": ["pending", "running", "stopping", "stopped"]}],
+            PaginationConfig={"PageSize": 1000}):
+        found.extend(i for r in page["Reservations"] for i in r["Instances"])
+    return found
+
+
+def collect(provider: AwsProvider, *, dry_run: bool = False, now: float | None = None
+            ) -> GcReport:
+    """Reclaim, in every launch region of the provider, what no live task of its store owns."""
+    report = GcReport(dry_run=dry_run)
+    now = time.time() if now is None else now
+    mine = provider.store_tag
+    verdicts: dict[str, str | None] = {}
+
+    def reclaim(resource: dict[str, Any]) -> bool:
+        if tag_value(resource, TAG_STORE) != mine:
+            return False  # another flow installation's (or not flow's): never touched
+        task_id = tag_value(resource, TAG_TASK) or ""
+        if task_id not in verdicts:
+            verdicts[task_id] = task_verdict(provider, task_id, now)
+        verdict = verdicts[task_id]
+        if verdict is None:
+            if task_id not in report.live_tasks:
+                report.live_tasks.append(task_id)
+            return False
+        report.reasons[task_id] = verdict
+        return True
+
+    try:
+        for region in provider.cfg.launch_regions:
+            ec2 = provider.clients.get("ec2", region)
+            doomed = [i["InstanceId"] for i in _live_instances(ec2) if reclaim(i)]
+            report.terminated_instances.extend(f"{region} instance {i}" for i in doomed)
+            found = tagged_resources(ec2, None, placement_groups=True)
+            found = {kind: [r for r in items if reclaim(r)] for kind, items in found.items()}
+            if dry_run:
+                report.deleted.extend(
+                    f"{region} security group {g['GroupId']}" for g in found["security_groups"])
+                report.deleted.extend(
+                    f"{region} key pair {k['KeyName']}" for k in found["key_pairs"])
+                report.deleted.extend(f"{region} placement group {g['GroupName']}"
+                                      for g in found["placement_groups"])
+                continue
+            for start in range(0, len(doomed), 1000):
+                ec2.terminate_instances(InstanceIds=doomed[start:start + 1000])
+            done = delete_resources(ec2, region, found)
+            report.deleted.extend(done.deleted)
+            report.deferred.extend(done.deferred)
+    except (ClientError, BotoCoreError) as exc:
+        raise ProviderError(f"flow gc stopped: {exc}; what it reclaimed so far: "
+                            f"{report.terminated_instances + report.deleted}") from exc
+    if provider.simulation is not None:
+        for task_id in provider.simulation.tasks():
+            if task_id not in verdicts:
+                verdicts[task_id] = task_verdict(provider, task_id, now)
+            if verdicts[task_id] is not None and not dry_run:
+                report.stopped_processes.extend(provider.simulation.stop(task_id))
+    report.live_tasks.sort()
+    return report

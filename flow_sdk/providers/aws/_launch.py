@@ -1,0 +1,243 @@
+"""Launching a gang: the RunInstances request, and failover across zones, regions and types.
+
+The candidates and their order come from the catalog (``plan_offers``: market preference for
+the priority, then price, then region order); within an offer the zones that offer the type are
+tried in name order. Each try is ONE ``run_instances`` with MinCount (``min_instances`` or
+``num_instances``) and MaxCount (``num_instances``). A capacity error moves on to the next
+zone / offer; a quota error skips the rest of that region for the offer; anything else stops
+the launch. Whatever a failed try started is terminated (found by its task + attempt tags)
+before the next one, and the final error lists every attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnError
+
+from flow_sdk.catalog.offers import Offer
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.aws._clients import error_code, error_message, http_status
+from flow_sdk.providers.aws._resources import (
+    NODE_ROLE,
+    TAG_ATTEMPT,
+    TAG_MARKET,
+    TAG_ROLE,
+    TAG_TASK,
+    RegionContext,
+    tags,
+)
+from flow_sdk.spec import TaskSpec
+
+# Errors that mean "no capacity for this request here now": try the next zone / offer.
+CAPACITY_CODES = frozenset({
+    "InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity", "InsufficientCapacityOnHost",
+    "SpotMaxPriceTooLow", "InsufficientSpotCapacity", "Unsupported",
+})
+# Account quotas are per region and market: skip the region for this offer.
+QUOTA_CODES = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded",
+                         "InstanceLimitExceeded", "SpotInstanceCountExceeded"})
+# Worth the same request again (same ClientToken, so it cannot launch twice).
+TRANSIENT_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException",
+                             "InternalError", "InternalFailure", "ServiceUnavailable",
+                             "Unavailable", "RequestTimeout", "RequestTimeoutException"})
+TRANSIENT_RETRIES = 4
+ROOT_VOLUME_GB = 200
+
+
+def client_token(task_id: str, attempt: int) -> str:
+    """Idempotency token of one launch attempt (<= 64 ASCII characters)."""
+    return "flow-" + hashlib.sha256(f"{task_id}/{attempt}".encode()).hexdigest()[:40]
+
+
+def market_options(offer: Offer, spec: TaskSpec) -> dict[str, Any] | None:
+    """``InstanceMarketOptions`` for a spot offer (None for on-demand); the price cap, when
+    set, is the spot MaxPrice."""
+    if offer.market != "spot":
+        return None
+    spot: dict[str, Any] = {"SpotInstanceType": "one-time",
+                            "InstanceInterruptionBehavior": "terminate"}
+    if spec.max_price_per_hour is not None:
+        spot["MaxPrice"] = f"{spec.max_price_per_hour:.4f}"
+    return {"MarketType": "spot", "SpotOptions": spot}
+
+
+def network_interfaces(subnet_id: str, security_group: str, efa_cards: int
+                       ) -> list[dict[str, Any]]:
+    """One EFA interface per network card (the first carries the node's address)."""
+    return [{"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1,
+             "InterfaceType": "efa", "SubnetId": subnet_id, "Groups": [security_group],
+             "DeleteOnTermination": True} for card in range(max(efa_cards, 1))]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything one attempt's request is built from."""
+
+    task_id: str
+    spec: TaskSpec
+    offer: Offer
+    zone: str
+    subnet_id: str
+    security_group: str
+    ami_id: str
+    root_device: str
+    key_name: str
+    instance_profile: str
+    user_data: str
+    attempt: int
+    store_tag: str
+    efa: bool
+    placement_group: str | None
+
+
+def run_instances_request(plan: LaunchPlan) -> dict[str, Any]:
+    """The keyword arguments of the attempt's one ``run_instances`` call."""
+    spec = plan.spec
+    instance_tags = tags(plan.task_id, plan.store_tag, **{
+        TAG_ROLE: NODE_ROLE, TAG_ATTEMPT: str(plan.attempt), TAG_MARKET: plan.offer.market})
+    request: dict[str, Any] = {
+        "ImageId": plan.ami_id,
+        "InstanceType": plan.offer.instance_type,
+        "MinCount": spec.min_instances or spec.num_instances,
+        "MaxCount": spec.num_instances,
+        "ClientToken": client_token(plan.task_id, plan.attempt),
+        "KeyName": plan.key_name,
+        "UserData": plan.user_data,
+        "IamInstanceProfile": {"Name": plan.instance_profile},
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled",
+                            "HttpPutResponseHopLimit": 2},  # 2: reachable from a container
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "Placement": {"AvailabilityZone": plan.zone},
+        "BlockDeviceMappings": [{"DeviceName": plan.root_device, "Ebs": {
+            "VolumeSize": ROOT_VOLUME_GB, "VolumeType": "gp3", "DeleteOnTermination": True}}],
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": instance_tags},
+            {"ResourceType": "volume", "Tags": tags(plan.task_id, plan.store_tag)},
+        ],
+    }
+    if plan.placement_group is not None:
+        request["Placement"]["GroupName"] = plan.placement_group
+    if plan.efa:
+        request["NetworkInterfaces"] = network_interfaces(
+            plan.subnet_id, plan.security_group, plan.offer.efa_interfaces)
+    else:
+        request["SubnetId"] = plan.subnet_id
+        request["SecurityGroupIds"] = [plan.security_group]
+    options = market_options(plan.offer, spec)
+    if options is not None:
+        request["InstanceMarketOptions"] = options
+    return request
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try of the failover, for the final error message."""
+
+    number: int | None  # None: skipped without a request
+    offer: Offer
+    zone: str | None
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.zone or self.offer.region
+        head = f"#{self.number}" if self.number is not None else "--"
+        return (f"{head} {self.offer.instance_type} {self.offer.market} in {where} "
+                f"(${self.offer.usd_per_hour:,.2f}/h): {self.code}: {self.message}")
+
+
+class AttemptFailed(Exception):
+    """A try did not produce a gang; what it started was rolled back."""
+
+    def __init__(self, code: str, message: str, *, skip_region: bool = False) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.skip_region = skip_region
+
+
+def _alive(instance: dict[str, Any]) -> bool:
+    return instance.get("State", {}).get("Name") not in ("shutting-down", "terminated")
+
+
+def terminate_tagged(ec2: Any, task_id: str, attempt: int | None = None) -> list[str]:
+    """Terminate every non-terminated instance of the task (of one attempt, when given)."""
+    filters = [{"Name": f"tag:{TAG_TASK}", "Values": [task_id]},
+               {"Name": "instance-state-name",
+                "Values": ["pending", "running", "stopping", "stopped"]}]
+    if attempt is not None:
+        filters.append({"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(attempt)]})
+    ids: list[str] = []
+    for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=filters, PaginationConfig={"PageSize": 1000}):
+        ids.extend(i["InstanceId"] for r in page["Reservations"] for i in r["Instances"])
+    for start in range(0, len(ids), 1000):
+        ec2.terminate_instances(InstanceIds=ids[start:start + 1000])
+    return ids
+
+
+class GangLauncher:
+    """Runs one attempt: the request, idempotent retries, the gang check and the rollback."""
+
+    retry_base_s = 1.0  # backoff between transient retries (tests set 0)
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._sleep = sleep
+
+    def try_launch(self, ctx: RegionContext, plan: LaunchPlan, profile_is_new: bool
+                   ) -> list[dict[str, Any]]:
+        """The gang's instances, or AttemptFailed after rolling the attempt back."""
+        request = run_instances_request(plan)
+        required = request["MinCount"]
+        response: dict[str, Any] | None = None
+        last = "no response"
+        for retry in range(TRANSIENT_RETRIES + 1):
+            if retry:
+                self._sleep(self.retry_base_s * 2 ** (retry - 1))
+            try:
+                response = ctx.ec2_launch.run_instances(**request)
+                break
+            except ClientError as exc:
+                code, message = error_code(exc), error_message(exc)
+                if code in CAPACITY_CODES:
+                    self._rollback(ctx, plan)
+                    raise AttemptFailed(code, message) from exc
+                if code in QUOTA_CODES:
+                    self._rollback(ctx, plan)
+                    raise AttemptFailed(code, message + " (request a quota increase in the "
+                                        "Service Quotas console)", skip_region=True) from exc
+                propagating = (profile_is_new and code == "InvalidParameterValue"
+                               and "iamInstanceProfile" in message)
+                if code in TRANSIENT_CODES or http_status(exc) >= 500 or propagating:
+                    last = f"{code}: {message}"
+                    continue
+                self._rollback(ctx, plan)
+                raise ProviderError(
+                    f"run_instances for {plan.offer.instance_type} in {plan.zone} failed: "
+                    f"{code}: {message}") from exc
+            except (BotoConnError, BotoCoreError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+        if response is None:
+            self._rollback(ctx, plan)  # a lost response may still have started instances
+            raise AttemptFailed("RetriesExhausted", f"{TRANSIENT_RETRIES + 1} tries with "
+                                f"ClientToken {request['ClientToken']}, last: {last}")
+        instances = [i for i in response.get("Instances", []) if _alive(i)]
+        if len(instances) < required:
+            self._rollback(ctx, plan)
+            raise AttemptFailed("PartialGang", f"got {len(instances)} of the {required} "
+                                "instances the gang needs; terminated them")
+        return instances
+
+    def _rollback(self, ctx: RegionContext, plan: LaunchPlan) -> None:
+        terminate_tagged(ctx.ec2, plan.task_id, plan.attempt)
+
+
+def format_attempts(attempts: list[Attempt]) -> str:
+    return "\n".join(f"  {a}" for a in attempts)

@@ -1,0 +1,421 @@
+"""``AwsProvider``: EC2 nodes, an S3 object store, CloudWatch Logs, and ``gc``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from flow_sdk import protocol
+from flow_sdk.catalog.offers import (
+    CatalogError,
+    Offer,
+    OfferNotFoundError,
+    UnknownRegionError,
+    plan_offers,
+)
+from flow_sdk.errors import CapacityError, FieldProblem, ProviderError
+from flow_sdk.protocol import TaskRecord
+from flow_sdk.providers.aws import _gc, _userdata
+from flow_sdk.providers.aws._clients import Clients, error_code, error_message
+from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
+from flow_sdk.providers.aws._launch import (
+    Attempt,
+    AttemptFailed,
+    GangLauncher,
+    LaunchPlan,
+    format_attempts,
+    terminate_tagged,
+)
+from flow_sdk.providers.aws._resources import (
+    TAG_ATTEMPT,
+    TAG_TASK,
+    Cleanup,
+    RegionContext,
+    caller_cidr,
+    delete_resources,
+    ensure_instance_profile,
+    tag_value,
+    tagged_resources,
+)
+from flow_sdk.providers.aws._s3store import S3ObjectStore
+from flow_sdk.providers.aws._simulate import SimulatedNodes, free_ports, simulated_address
+from flow_sdk.providers.base import Instance, InstanceState, LaunchRequest, LogStore, ObjectStore
+from flow_sdk.providers.base import Provider
+from flow_sdk.spec import TaskSpec
+
+_STATES: dict[str, InstanceState] = {"pending": "pending", "running": "running"}
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
+
+
+@dataclass(frozen=True)
+class InstanceDetail:
+    """One EC2 instance of a task, as ``describe`` reports it."""
+
+    instance_id: str
+    instance_type: str
+    zone: str
+    market: str
+    state: str
+    address: str
+    public_ip: str | None
+    attempt: str | None
+    launched_at: float
+
+
+class AwsProvider(Provider):
+    """EC2 through boto3. See the package docstring for what each part does."""
+
+    name: ClassVar[str] = "aws"
+
+    def __init__(self, config: AwsConfig, *, session: boto3.session.Session | None = None
+                 ) -> None:
+        self.cfg = config
+        self.clients = Clients(config.endpoint_url, session)
+        self._bucket = config.bucket
+        self._lock = threading.Lock()
+        is_node = config.launch is not None
+        self._store = S3ObjectStore(lambda: self.clients.get("s3", config.region),
+                                    self.bucket_name, config.prefix, config.region,
+                                    create_bucket=not is_node)
+        self._logs = CloudWatchLogStore(lambda: self.clients.get("logs", config.region),
+                                        config.log_group_prefix, config.log_retention_days)
+        self._task_regions: dict[str, tuple[str, ...]] = {}
+        self._task_efa: dict[str, bool] = {}
+        self._profile: tuple[str, bool] | None = None
+        self.launcher = GangLauncher()
+        self.simulation = (SimulatedNodes(Path(config.simulate.root))
+                           if config.simulate is not None else None)
+
+    # -- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *,
+                    session: boto3.session.Session | None = None) -> AwsProvider:
+        """Rebuild from ``config()`` output or a user's provider_config. ``session`` (a boto3
+        Session, e.g. with event hooks) is for tests and benchmarks; it is never serialized."""
+        return cls(AwsConfig.from_mapping(config), session=session)
+
+    def config(self) -> dict[str, Any]:
+        data = self.cfg.to_dict()
+        data["bucket"] = self.bucket_name()
+        return data
+
+    def bucket_name(self) -> str:
+        """The bucket; by default ``flow-sdk-<account id>-<region>`` (one STS call, once)."""
+        if self._bucket is None:
+            with self._lock:
+                if self._bucket is None:
+                    try:
+                        account = self.clients.get("sts", self.cfg.region).get_caller_identity()
+                    except (ClientError, BotoCoreError) as exc:
+                        raise ProviderError(
+                            f"could not identify the AWS account for the default bucket ({exc})"
+                            "; configure AWS credentials, or set provider_config bucket") from exc
+                    self._bucket = f"flow-sdk-{account['Account']}-{self.cfg.region}"
+        return self._bucket
+
+    @property
+    def store_tag(self) -> str:
+        """Tagged on every resource this provider creates; ``gc`` touches only its own."""
+        return f"s3://{self.bucket_name()}/{self.cfg.prefix}"
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def logs(self) -> LogStore:
+        return self._logs
+
+    # -- checks and plans -------------------------------------------------------------------
+
+    def _plan(self, spec: TaskSpec) -> list[Offer]:
+        view = spec
+        if (spec.internode_interconnect or "") == "infiniband":  # AWS's fabric is EFA
+            view = spec.model_copy(update={"internode_interconnect": "efa"})
+        return plan_offers(view, regions=list(self.cfg.launch_regions))
+
+    def check(self, spec: TaskSpec) -> list[FieldProblem]:
+        problems = []
+        try:
+            self._plan(spec)
+        except UnknownRegionError as exc:
+            problems.append(FieldProblem("region", str(exc)))
+        except OfferNotFoundError as exc:
+            problems.append(FieldProblem(_offer_field(exc), str(exc)))
+        except CatalogError as exc:
+            problems.append(FieldProblem("gpu", str(exc)))
+        if spec.volumes or spec.mounts:
+            problems.append(FieldProblem(
+                "volumes", "the aws provider in this version launches without volumes or "
+                "mounts (EFS volumes are provisioned by flow_sdk.volumes, not yet wired to "
+                "aws); remove them"))
+        if spec.image is not None and not _IMAGE_RE.match(spec.image):
+            problems.append(FieldProblem(
+                "image", f"{spec.image!r} is not a container image reference such as "
+                "'nvcr.io/nvidia/pytorch:24.05-py3'"))
+        return problems
+
+    def rendezvous_ports(self) -> tuple[int, int]:
+        if self.simulation is not None:
+            return free_ports()  # simulated nodes share this machine's port space
+        return super().rendezvous_ports()
+
+    def _instance_profile(self) -> tuple[str, bool]:
+        if self._profile is None:
+            self._profile = ensure_instance_profile(self.clients, self.cfg, self.bucket_name())
+        return self._profile
+
+    # -- launch -----------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        spec = request.spec
+        task_id = request.task_id
+        try:
+            offers = self._plan(spec)
+        except (OfferNotFoundError, UnknownRegionError, CatalogError) as exc:
+            raise ProviderError(f"no AWS offer for task {task_id}: {exc}") from exc
+        efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
+        self._task_efa[task_id] = efa
+        contexts: dict[str, RegionContext] = {}
+        attempts: list[Attempt] = []
+        number = 0
+        try:
+            profile, fresh = self._instance_profile()
+            ssh_cidr = caller_cidr(self.cfg)
+            for offer in offers:
+                if number >= self.cfg.max_launch_attempts:
+                    break
+                ctx = contexts.get(offer.region)
+                if ctx is None:
+                    ctx = contexts[offer.region] = RegionContext(
+                        self.clients, self.cfg, offer.region, task_id, self.store_tag)
+                zones = ctx.zones_for(offer.instance_type)
+                if not zones:
+                    attempts.append(Attempt(None, offer, None, "NotOffered", "no availability "
+                                            "zone with a default subnet offers this type"))
+                    continue
+                for zone in zones:
+                    if number >= self.cfg.max_launch_attempts:
+                        break
+                    number += 1
+                    plan = self._attempt_plan(ctx, request, offer, zone, number, efa,
+                                              profile, ssh_cidr)
+                    try:
+                        instances = self.launcher.try_launch(ctx, plan, fresh)
+                    except AttemptFailed as failed:
+                        attempts.append(Attempt(number, offer, zone, failed.code,
+                                                failed.message))
+                        if failed.skip_region:
+                            break
+                        continue
+                    self._task_regions[task_id] = (offer.region,)
+                    return self._started(request, ctx, plan, instances)
+        except (ClientError, BotoCoreError) as exc:
+            note = self._abort(task_id, contexts)
+            raise ProviderError(f"launch of task {task_id} failed: {exc}{note}") from exc
+        except ProviderError as exc:
+            note = self._abort(task_id, contexts)
+            if note:
+                raise ProviderError(f"{exc}{note}") from exc
+            raise
+        note = self._abort(task_id, contexts)
+        capped = (f" (stopped at provider_config max_launch_attempts="
+                  f"{self.cfg.max_launch_attempts})" if number >= self.cfg.max_launch_attempts
+                  else "")
+        raise CapacityError(
+            f"could not launch {spec.num_instances} node(s) for task {task_id}: all "
+            f"{len(attempts)} attempt(s) failed{capped}:\n{format_attempts(attempts)}\n"
+            "Nothing was left running. Capacity comes and goes: retry later, allow more "
+            "regions (provider_config regions, or leave region unset), use priority='med' to "
+            f"allow both spot and on-demand, or raise max_price_per_hour.{note}")
+
+    def _attempt_plan(self, ctx: RegionContext, request: LaunchRequest, offer: Offer, zone: str,
+                      number: int, efa: bool, profile: str, ssh_cidr: str) -> LaunchPlan:
+        spec = request.spec
+        node_config = self.cfg.for_node(request.task_id, offer.region, number).to_dict()
+        node_config["bucket"] = self.bucket_name()
+        boot_json = _userdata.node_boot_env(request.boot_env, node_config)
+        user_data = _userdata.render_for(
+            boot_json, self.cfg.agent_pip, spec.image, spec.gpu is not None,
+            spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
+            spec.max_run_time_hours)
+        return LaunchPlan(
+            task_id=request.task_id, spec=spec, offer=offer, zone=zone,
+            subnet_id=ctx.subnets()[zone], security_group=ctx.security_group(ssh_cidr),
+            ami_id=ctx.ami_id(), root_device=ctx.root_device(),
+            key_name=ctx.key_name(spec.key_name), instance_profile=profile,
+            user_data=user_data, attempt=number, store_tag=self.store_tag, efa=efa,
+            placement_group=ctx.placement_group() if efa else None)
+
+    def _started(self, request: LaunchRequest, ctx: RegionContext, plan: LaunchPlan,
+                 instances: list[dict[str, Any]]) -> list[Instance]:
+        started = sorted((self._instance(request.task_id, i) for i in instances),
+                         key=lambda i: i.instance_id)
+        if self.simulation is not None:
+            # Play the instances: each local agent boots with what the user-data moto
+            # recorded would give it (FLOW_BOOT), plus its instance id and address.
+            recorded = ctx.ec2.describe_instance_attribute(
+                InstanceId=started[0].instance_id, Attribute="userData")
+            script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
+            boot = {"FLOW_BOOT": _userdata.boot_json_from_user_data(script)}
+            try:
+                self.simulation.start(request.task_id,
+                                      [(i.instance_id, i.address) for i in started], boot)
+            except OSError as exc:
+                self.terminate(request.task_id)
+                raise ProviderError(f"could not start the simulated nodes of task "
+                                    f"{request.task_id}: {exc}; nothing was left running"
+                                    ) from exc
+        return started
+
+    def _abort(self, task_id: str, contexts: Mapping[str, RegionContext]) -> str:
+        """Terminate whatever the failed launch started and delete its per-task resources;
+        returns a note for the error message when that cleanup itself failed."""
+        problems = []
+        for region, ctx in contexts.items():
+            try:
+                terminate_tagged(ctx.ec2, task_id)
+                found = tagged_resources(ctx.ec2, task_id,
+                                         placement_groups=self._task_efa.get(task_id, False))
+                delete_resources(ctx.ec2, region, found)
+            except (ClientError, BotoCoreError) as exc:
+                problems.append(f"{region}: {exc}")
+        if problems:
+            return (" Cleaning up also failed (" + "; ".join(problems) + "); run `flow gc` "
+                    "to remove what is left.")
+        return ""
+
+    # -- discovery --------------------------------------------------------------------------
+
+    def _regions_for(self, task_id: str) -> tuple[str, ...]:
+        launch = self.cfg.launch
+        if launch is not None and launch.task_id == task_id:
+            return (launch.region,)
+        cached = self._task_regions.get(task_id)
+        if cached is not None:
+            return cached
+        regions = self.cfg.launch_regions
+        raw = self.store.get(protocol.task_key(task_id))
+        if raw is not None:
+            spec = TaskRecord.from_json(raw).spec
+            if spec.get("region"):
+                regions = (str(spec["region"]),)
+            self._task_efa[task_id] = _userdata.interconnect_of(
+                spec.get("internode_interconnect")) == "efa"
+        self._task_regions[task_id] = regions
+        return regions
+
+    def _instance(self, task_id: str, raw: dict[str, Any]) -> Instance:
+        address = str(raw.get("PrivateIpAddress") or "")
+        if self.simulation is not None and address:
+            address = simulated_address(address)
+        state = _STATES.get(raw.get("State", {}).get("Name", ""), "terminated")
+        return Instance(str(raw["InstanceId"]), task_id, address, state,
+                        raw["LaunchTime"].timestamp())
+
+    def _describe_raw(self, task_id: str) -> list[dict[str, Any]]:
+        """Every instance of the task: ONE paged describe_instances by task tag per region."""
+        filters = [{"Name": f"tag:{TAG_TASK}", "Values": [task_id]}]
+        launch = self.cfg.launch
+        if launch is not None and launch.task_id == task_id:  # a node sees its own gang only
+            filters.append({"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(launch.attempt)]})
+        found = []
+        for region in self._regions_for(task_id):
+            ec2 = self.clients.get("ec2", region)
+            try:
+                for page in ec2.get_paginator("describe_instances").paginate(
+                        Filters=filters, PaginationConfig={"PageSize": 1000}):
+                    found.extend(i for r in page["Reservations"] for i in r["Instances"])
+            except (ClientError, BotoCoreError) as exc:
+                raise ProviderError(f"could not list the instances of task {task_id} in "
+                                    f"{region}: {exc}") from exc
+        return found
+
+    def list_instances(self, task_id: str) -> list[Instance]:
+        return sorted((self._instance(task_id, raw) for raw in self._describe_raw(task_id)),
+                      key=lambda i: i.instance_id)
+
+    def describe(self, task_id: str) -> list[InstanceDetail]:
+        """The task's instances with type, zone, market and addresses, by instance id."""
+        details = []
+        for raw in self._describe_raw(task_id):
+            base = self._instance(task_id, raw)
+            details.append(InstanceDetail(
+                instance_id=base.instance_id, instance_type=str(raw.get("InstanceType")),
+                zone=str(raw.get("Placement", {}).get("AvailabilityZone")),
+                market="spot" if raw.get("InstanceLifecycle") == "spot" else "on-demand",
+                state=str(raw.get("State", {}).get("Name")), address=base.address,
+                public_ip=raw.get("PublicIpAddress"), attempt=tag_value(raw, TAG_ATTEMPT),
+                launched_at=base.launched_at))
+        return sorted(details, key=lambda d: d.instance_id)
+
+    # -- teardown ---------------------------------------------------------------------------
+
+    def terminate(self, task_id: str) -> None:
+        self.terminate_task(task_id)
+
+    def terminate_task(self, task_id: str) -> Cleanup:
+        """``terminate`` with a report: instances and processes stopped, resources deleted
+        (or deferred while instances shut down: ``gc`` removes those later)."""
+        result = Cleanup()
+        regions = self._regions_for(task_id)
+        try:
+            for region in regions:
+                ids = terminate_tagged(self.clients.get("ec2", region), task_id)
+                result.deleted.extend(f"{region} instance {i}" for i in ids)
+            if self.simulation is not None:
+                result.deleted.extend(f"process {pid}" for pid in self.simulation.stop(task_id))
+            for region in regions:
+                ec2 = self.clients.get("ec2", region)
+                found = tagged_resources(ec2, task_id,
+                                         placement_groups=self._task_efa.get(task_id, False))
+                done = delete_resources(ec2, region, found)
+                result.deleted.extend(done.deleted)
+                result.deferred.extend(done.deferred)
+        except (ClientError, BotoCoreError) as exc:
+            code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
+            message = error_message(exc) if isinstance(exc, ClientError) else str(exc)
+            raise ProviderError(f"could not terminate task {task_id}: {code}: {message}; "
+                                "retry, or run `flow gc`") from exc
+        return result
+
+    def live_pids(self, task_id: str) -> list[int]:
+        """Simulated cloud only: agent pids of the task still running."""
+        return self.simulation.live_pids(task_id) if self.simulation is not None else []
+
+    def gc(self, *, dry_run: bool = False) -> _gc.GcReport:
+        """Terminate and delete what belongs to ended tasks (or to no task) of this store."""
+        return _gc.collect(self, dry_run=dry_run)
+
+    def node_config_of(self, instance_id: str, region: str) -> dict[str, Any]:
+        """The provider config a launched instance boots with, read back from its user-data."""
+        recorded = self.clients.get("ec2", region).describe_instance_attribute(
+            InstanceId=instance_id, Attribute="userData")
+        script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
+        boot: dict[str, Any] = json.loads(_userdata.boot_json_from_user_data(script))
+        return dict(boot["provider_config"])
+
+
+def _offer_field(exc: OfferNotFoundError) -> str:
+    """The TaskSpec field an OfferNotFoundError is about (the catalog's messages name it)."""
+    text = str(exc)
+    if exc.cheapest:
+        return "max_price_per_hour"
+    if "EFA" in text or "InfiniBand" in text:
+        return "internode_interconnect"
+    if " is not sold as " in text:
+        return "priority"
+    if "Set region" in text:
+        return "region"
+    return "gpu"

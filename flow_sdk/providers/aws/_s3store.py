@@ -1,0 +1,158 @@
+"""The object store on S3: payloads, task records, results and status under one key prefix.
+
+``put_if_absent`` is a conditional write (``If-None-Match: *``), atomic on S3 since 2024: the
+first writer of a key wins and every later one gets HTTP 412 PreconditionFailed. moto 5.2.1
+implements the same header (it checks for the key, then writes); under concurrent writers to
+one key it is a check-then-write, not an atomic step, so the simulated cloud relies on the
+task's own protocol (one outcome writer decides) rather than on moto for that race.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.aws._clients import error_code, error_message, http_status
+from flow_sdk.providers.base import ObjectStore
+from flow_sdk.providers.files import _safe_part
+
+_MISSING = ("NoSuchKey", "404", "NotFound")
+_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
+
+
+class S3ObjectStore(ObjectStore):
+    """Keys live at ``s3://<bucket>/<prefix><key>``.
+
+    ``client`` returns the S3 client; ``bucket`` resolves the bucket name (it may need an STS
+    call, so it is asked for lazily). With ``create_bucket`` the bucket is created on first
+    use when missing (the client side does this; nodes never do).
+    """
+
+    def __init__(self, client: Callable[[], Any], bucket: Callable[[], str], prefix: str,
+                 region: str, *, create_bucket: bool) -> None:
+        self._client = client
+        self._bucket_name = bucket
+        self.prefix = prefix
+        self.region = region
+        self._create_bucket = create_bucket
+        self._ready = False
+        self._lock = threading.Lock()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _key(self, key: str) -> str:
+        return self.prefix + _safe_part(key, "object key")
+
+    def _bucket(self) -> str:
+        name = self._bucket_name()
+        if self._create_bucket and not self._ready:
+            with self._lock:
+                if not self._ready:
+                    self._ensure_bucket(name)
+                    self._ready = True
+        return name
+
+    def _ensure_bucket(self, name: str) -> None:
+        s3 = self._client()
+        try:
+            s3.head_bucket(Bucket=name)
+            return
+        except ClientError as exc:
+            if error_code(exc) not in ("404", "NoSuchBucket", "NotFound"):
+                raise self._error("check", name, exc) from exc
+        kwargs: dict[str, Any] = {"Bucket": name}
+        if self.region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
+        try:
+            s3.create_bucket(**kwargs)
+        except ClientError as exc:
+            if error_code(exc) != "BucketAlreadyOwnedByYou":
+                raise self._error("create", name, exc) from exc
+        s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True})
+
+    def _error(self, verb: str, what: str, exc: ClientError) -> ProviderError:
+        return ProviderError(f"S3 could not {verb} {what} in bucket {self._bucket_name()!r}: "
+                             f"{error_code(exc)}: {error_message(exc)}; check that the bucket "
+                             "exists in the provider's region and that your credentials (or the "
+                             "node's instance profile) may use it")
+
+    # -- ObjectStore ------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self._client().put_object(Bucket=self._bucket(), Key=self._key(key), Body=data)
+        except ClientError as exc:
+            raise self._error("write", key, exc) from exc
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        for attempt in range(6):
+            try:
+                self._client().put_object(Bucket=self._bucket(), Key=self._key(key), Body=data,
+                                          IfNoneMatch="*")
+                return True
+            except ClientError as exc:
+                code = error_code(exc)
+                if code == "PreconditionFailed" or http_status(exc) == 412:
+                    return False
+                # 409: another conditional write to the key is in flight; it decides.
+                if code != "ConditionalRequestConflict":
+                    raise self._error("write", key, exc) from exc
+                time.sleep(0.05 * (attempt + 1))
+        raise ProviderError(f"S3 kept answering ConditionalRequestConflict for {key!r}: another "
+                            "writer holds the key; retry the operation")
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            response = self._client().get_object(Bucket=self._bucket(), Key=self._key(key))
+        except ClientError as exc:
+            if error_code(exc) in _MISSING:
+                return None
+            raise self._error("read", key, exc) from exc
+        body: bytes = response["Body"].read()
+        return body
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._client().head_object(Bucket=self._bucket(), Key=self._key(key))
+        except ClientError as exc:
+            if error_code(exc) in _MISSING:
+                return False
+            raise self._error("check", key, exc) from exc
+        return True
+
+    def list(self, prefix: str) -> list[str]:
+        full = self.prefix + prefix
+        keys: list[str] = []
+        try:
+            pages = self._client().get_paginator("list_objects_v2").paginate(
+                Bucket=self._bucket(), Prefix=full)
+            for page in pages:
+                keys.extend(obj["Key"][len(self.prefix):] for obj in page.get("Contents", []))
+        except ClientError as exc:
+            raise self._error("list", f"{prefix!r}", exc) from exc
+        return sorted(keys)
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list(prefix)
+        s3 = self._client()
+        for start in range(0, len(keys), _DELETE_BATCH):
+            batch = [{"Key": self.prefix + k} for k in keys[start:start + _DELETE_BATCH]]
+            try:
+                response = s3.delete_objects(Bucket=self._bucket(),
+                                             Delete={"Objects": batch, "Quiet": True})
+            except ClientError as exc:
+                raise self._error("delete", f"{prefix!r}", exc) from exc
+            errors = response.get("Errors", [])
+            if errors:
+                first = errors[0]
+                raise ProviderError(f"S3 refused to delete {len(errors)} key(s) under {prefix!r}"
+                                    f", e.g. {first.get('Key')}: {first.get('Code')} "
+                                    f"{first.get('Message')}")
+        return len(keys)

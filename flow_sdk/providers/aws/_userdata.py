@@ -1,0 +1,113 @@
+"""The node's user-data: one bash template (``bootstrap.sh.tmpl``) with shell-quoted values.
+
+Every value is inserted as a single-quoted shell word, so no task input can change the script.
+The rendered script must stay under EC2's 16 KB user-data limit (counted before base64).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.aws._config import reject_credentials
+
+TEMPLATE_NAME = "bootstrap.sh.tmpl"
+USER_DATA_LIMIT = 16 * 1024  # bytes, before base64
+SHUTDOWN_GRACE_MINUTES = 10  # the agent's own cap fires first; the power-off is a backstop
+_PLACEHOLDER_RE = re.compile(r"@@([A-Z_]+)@@")
+_BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class BootstrapInputs:
+    """What the bootstrap needs to know about a task's nodes."""
+
+    boot_json: str  # FLOW_BOOT for the agent: task id, provider name, provider config
+    agent_pip: str  # the pip requirement that installs the agent
+    image: str | None  # run the agent inside this container image
+    gpus: bool  # pass the GPUs into the container
+    interconnect: str  # "ethernet" or "efa"
+    mount_paths: tuple[str, ...]  # task volume / mount paths passed into the container
+    max_run_time_hours: float | None
+
+
+def template() -> str:
+    return resources.files("flow_sdk.providers.aws").joinpath(TEMPLATE_NAME).read_text("utf-8")
+
+
+def node_boot_env(boot_env: Mapping[str, str], node_config: Mapping[str, Any]) -> str:
+    """``FLOW_BOOT`` for the nodes of one gang: the client's, with the node provider config."""
+    try:
+        data = json.loads(boot_env["FLOW_BOOT"])
+    except (KeyError, ValueError) as exc:
+        raise ProviderError(f"the launch request carries no valid FLOW_BOOT ({exc}); launch "
+                            "tasks through FlowApp / launch_task") from exc
+    reject_credentials(node_config)
+    data["provider_config"] = dict(node_config)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def render(inputs: BootstrapInputs) -> str:
+    """The user-data script; raises ProviderError when it would exceed EC2's limit."""
+    shutdown = 0
+    if inputs.max_run_time_hours is not None:
+        shutdown = math.ceil(inputs.max_run_time_hours * 60) + SHUTDOWN_GRACE_MINUTES
+    values = {
+        "BOOT_JSON": shlex.quote(inputs.boot_json),
+        "AGENT_PIP": shlex.quote(inputs.agent_pip),
+        "IMAGE": shlex.quote(inputs.image or ""),
+        "GPUS": "1" if inputs.gpus else "0",
+        "INTERCONNECT": shlex.quote(inputs.interconnect),
+        "MOUNT_PATHS": " ".join(shlex.quote(p) for p in inputs.mount_paths),
+        "SHUTDOWN_MINUTES": str(shutdown),
+    }
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise ProviderError(f"user-data template has an unknown placeholder @@{name}@@")
+        return values[name]
+
+    script = _PLACEHOLDER_RE.sub(fill, template())
+    size = len(script.encode("utf-8"))
+    if size > USER_DATA_LIMIT:
+        raise ProviderError(f"the node bootstrap is {size} bytes, over EC2's {USER_DATA_LIMIT}"
+                            "-byte user-data limit; shorten provider_config (agent_pip, "
+                            "ami_ssm_parameter) or the image name")
+    return script
+
+
+def boot_json_from_user_data(script: str) -> str:
+    """The ``FLOW_BOOT`` value a rendered script starts the agent with."""
+    match = _BOOT_LINE_RE.search(script)
+    if match is None:
+        raise ProviderError("user-data has no FLOW_BOOT_JSON line; it was not rendered from "
+                            f"{TEMPLATE_NAME}")
+    words = shlex.split(match.group(1))
+    if len(words) != 1:
+        raise ProviderError("user-data FLOW_BOOT_JSON is not a single shell word")
+    return words[0]
+
+
+def mount_paths(volumes: Mapping[str, Any], mounts: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(sorted([*volumes, *mounts]))
+
+
+def interconnect_of(value: str | None) -> str:
+    """``efa`` for EFA or InfiniBand (AWS's fabric is EFA), else ``ethernet``."""
+    return "efa" if (value or "").lower() in ("efa", "infiniband") else "ethernet"
+
+
+def render_for(boot_json: str, agent_pip: str, image: str | None, gpus: bool,
+               interconnect: str | None, paths: Sequence[str],
+               max_run_time_hours: float | None) -> str:
+    """Shorthand for ``render(BootstrapInputs(...))``."""
+    return render(BootstrapInputs(boot_json, agent_pip, image, gpus, interconnect_of(interconnect),
+                                  tuple(paths), max_run_time_hours))

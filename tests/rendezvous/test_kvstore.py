@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from flow_sdk.errors import RendezvousError
+from flow_sdk.rendezvous import assign_ranks
+from flow_sdk.rendezvous.kvstore import KVClient, KVServer
+from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from test_membership import M
+
+
+def test_operations_over_a_real_socket() -> None:
+    server = KVServer("127.0.0.1", 0)
+    client = KVClient("127.0.0.1", server.port, connect_timeout_s=5)
+    try:
+        assert client.get("a") is None
+        client.set("a", "1")
+        assert client.get("a") == "1"
+        assert client.add("n", 2) == 2 and client.add("n", 3) == 5
+        assert client.check(["a", "n"]) and not client.check(["a", "zzz"])
+        assert client.multi_get(["a", "zzz", "n"]) == ["1", None, "5"]
+    finally:
+        client.close()
+        server.close()
+
+
+def test_concurrent_adds_are_atomic() -> None:
+    server = KVServer("127.0.0.1", 0)
+    clients = [KVClient("127.0.0.1", server.port, connect_timeout_s=5) for _ in range(4)]
+
+    def bump(c: KVClient) -> None:
+        for _ in range(200):
+            c.add("count", 1)
+
+    threads = [threading.Thread(target=bump, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert clients[0].get("count") == "800"
+    for c in clients:
+        c.close()
+    server.close()
+
+
+def _pair(port: int = 0) -> tuple[NodeStore, NodeStore]:
+    members = [M("i-a", "127.0.0.1"), M("i-b", "127.0.0.1")]
+    leader_m, other_m = assign_ranks(members, "i-a"), assign_ranks(members, "i-b")
+    leader = NodeStore.connect(leader_m, port, timeout_s=5)
+    other = NodeStore.connect(other_m, leader._server.port, timeout_s=5)  # type: ignore[union-attr]
+    return leader, other
+
+
+def test_barrier_heartbeats_done_and_failure_reports() -> None:
+    leader, other = _pair()
+    t = threading.Thread(target=other.barrier, args=("start", 5))
+    t.start()
+    leader.barrier("start", 5)
+    t.join()
+    leader.heartbeat()
+    other.heartbeat()
+    other.heartbeat()
+    assert leader.heartbeats() == [1, 2]
+    other.mark_done()
+    assert leader.done_nodes() == {1}
+    late = FailureReport(node=0, status="FAILED", message="exit 1", observed_at=2.0, exit_code=1)
+    killed = FailureReport(node=1, status="FAILED", message="SIGKILL", observed_at=2.5,
+                           signal_name="SIGKILL")
+    assert other.report_failure(killed) is True
+    assert leader.report_failure(late) is False
+    assert leader.failed()
+    root = min(leader.failure_reports(), key=FailureReport.root_cause_key)
+    assert root.node == 1  # a killed worker outranks an exit it may have caused
+    other.close()
+    leader.close()
+
+
+def test_barrier_timeout_names_missing_node() -> None:
+    leader, other = _pair()
+    with pytest.raises(RendezvousError, match=r"missing: node 1 \(i-b"):
+        leader.barrier("start", 0.3)
+    other.close()
+    leader.close()
+
+
+def test_lost_leader_raises_store_lost() -> None:
+    leader, other = _pair()
+    leader.close()
+    with pytest.raises(StoreLost, match="lost contact with the leader"):
+        for _ in range(3):
+            other.heartbeat()
+    other.close()

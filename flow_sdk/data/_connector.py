@@ -133,8 +133,20 @@ class DataConnector:
         Only the last batch may be shorter (dropped with ``drop_last``). Values are as stored
         (no float32 cast); batches inside one parquet read are zero-copy slices.
         """
+        return self._iter_batches(batch_size, columns, drop_last=drop_last, cast_float64=False)
+
+    def _iter_batches(
+        self,
+        batch_size: int,
+        columns: Sequence[str] | None,
+        *,
+        drop_last: bool,
+        cast_float64: bool,
+    ) -> Iterator[pa.RecordBatch]:
         selected = self._select(columns)
-        batches = self._source.read(self._source.units, selected, read_rows_for(batch_size))
+        batches = self._source.read(
+            self._source.units, selected, read_rows_for(batch_size), cast_float64=cast_float64
+        )
         return rebatch(batches, batch_size, drop_last=drop_last)
 
     def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:

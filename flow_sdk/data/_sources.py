@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as pds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from flow_sdk.data._errors import DataSourceError, SchemaMismatchError
@@ -26,6 +28,8 @@ from flow_sdk.data._sharding import assign_row_groups, even_row_ranges
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 TABLE_UNIT_ROWS = 65_536
 _FOOTER_TAIL_BYTES = 64 * 1024
+_BATCH_READAHEAD = 4
+_FORMAT = pds.ParquetFileFormat()
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,19 @@ class Source(ABC):
 
     @abstractmethod
     def read(
-        self, units: Sequence[Unit], columns: list[str] | None, batch_rows: int
+        self,
+        units: Sequence[Unit],
+        columns: list[str] | None,
+        batch_rows: int,
+        *,
+        cast_float64: bool = False,
     ) -> Iterator[pa.RecordBatch]:
-        """Yield record batches of at most ``batch_rows`` rows covering ``units`` in order."""
+        """Yield record batches of at most ``batch_rows`` rows covering ``units`` in order.
+
+        With ``cast_float64`` a source may already cast float64 (and decimal) columns to
+        float32 while decoding; callers still run :func:`convert_column`, which casts what is
+        left.
+        """
 
     @abstractmethod
     def subset(self, units: Sequence[Unit]) -> Source:
@@ -87,7 +101,12 @@ class TableSource(Source):
         self.units = tuple(units)
 
     def read(
-        self, units: Sequence[Unit], columns: list[str] | None, batch_rows: int
+        self,
+        units: Sequence[Unit],
+        columns: list[str] | None,
+        batch_rows: int,
+        *,
+        cast_float64: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         table = self.table if columns is None else self.table.select(columns)
         for unit in units:
@@ -259,32 +278,39 @@ class ParquetSource(Source):
         return state
 
     def read(
-        self, units: Sequence[Unit], columns: list[str] | None, batch_rows: int
+        self,
+        units: Sequence[Unit],
+        columns: list[str] | None,
+        batch_rows: int,
+        *,
+        cast_float64: bool = False,
     ) -> Iterator[pa.RecordBatch]:
+        projection = _projection(self.schema, columns, cast_float64)
         groups = [
             (part, [unit.index for unit in run])
             for part, run in itertools.groupby(units, key=lambda unit: unit.part)
         ]
         if self.s3_uri is None:
+            local = pafs.LocalFileSystem()
             for part, row_groups in groups:
                 location = self.files[part].location
                 try:
-                    parquet = pq.ParquetFile(location)
+                    fragment = _FORMAT.make_fragment(location, filesystem=local)
                 except (OSError, pa.ArrowException) as exc:
                     raise DataSourceError(f"could not open {location}: {exc}") from exc
-                with parquet:
-                    yield from _read_row_groups(parquet, row_groups, columns, batch_rows)
+                yield from _scan_row_groups(fragment, location, row_groups, projection, batch_rows)
             return
         reader = self._s3_reader()
         objects = [
             S3Object(self.files[part].location, self.files[part].size) for part, _ in groups
         ]
         for (_, row_groups), (key, data) in zip(groups, reader.iter_objects(objects)):
+            where = f"s3://{reader.bucket}/{key}"
             try:
-                parquet = pq.ParquetFile(pa.BufferReader(pa.py_buffer(data)))
+                fragment = _FORMAT.make_fragment(pa.BufferReader(pa.py_buffer(data)))
             except pa.ArrowException as exc:
-                raise DataSourceError(f"s3 object {key} is not valid parquet: {exc}") from exc
-            yield from _read_row_groups(parquet, row_groups, columns, batch_rows)
+                raise DataSourceError(f"{where} is not valid parquet: {exc}") from exc
+            yield from _scan_row_groups(fragment, where, row_groups, projection, batch_rows)
 
     def subset(self, units: Sequence[Unit]) -> ParquetSource:
         clone = ParquetSource(
@@ -309,15 +335,46 @@ class ParquetSource(Source):
         return f"parquet {where} ({self.num_rows} rows in {len(self.units)} row groups)"
 
 
-def _read_row_groups(
-    parquet: pq.ParquetFile, row_groups: list[int], columns: list[str] | None, batch_rows: int
+def _projection(
+    schema: pa.Schema, columns: list[str] | None, cast_float64: bool
+) -> list[str] | dict[str, pds.Expression] | None:
+    """Columns to scan; with ``cast_float64`` float64 and decimal become float32 in the scan."""
+    if not cast_float64:
+        return columns
+    names = schema.names if columns is None else columns
+    projection: dict[str, pds.Expression] = {}
+    for name in names:
+        dtype = schema.field(name).type
+        if pa.types.is_float64(dtype) or pa.types.is_decimal(dtype):
+            projection[name] = pds.field(name).cast(pa.float32())
+        else:
+            projection[name] = pds.field(name)
+    return projection
+
+
+def _scan_row_groups(
+    fragment: pds.ParquetFileFragment,
+    where: str,
+    row_groups: list[int],
+    projection: list[str] | dict[str, pds.Expression] | None,
+    batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
+    """Scan row groups one at a time, in the given order.
+
+    One row group per scan keeps memory to about one row group's compressed bytes plus a few
+    decoded batches (a multi-row-group scan pre-buffers all of them). Arrow decodes columns
+    and evaluates the projection (the float32 cast) on its own threads.
+    """
     try:
-        yield from parquet.iter_batches(
-            batch_size=batch_rows, row_groups=row_groups, columns=columns, use_threads=True
-        )
-    except pa.ArrowException as exc:
-        raise DataSourceError(f"could not decode parquet row groups {row_groups}: {exc}") from exc
+        for row_group in row_groups:
+            yield from fragment.subset(row_group_ids=[row_group]).to_batches(
+                columns=projection,
+                batch_size=batch_rows,
+                batch_readahead=_BATCH_READAHEAD,
+                use_threads=True,
+            )
+    except (OSError, pa.ArrowException) as exc:
+        raise DataSourceError(f"could not decode {where}: {exc}") from exc
 
 
 def _footer_metadata(reader: S3Reader, obj: S3Object, tail: bytes) -> pq.FileMetaData:

@@ -166,7 +166,9 @@ def dataset_class() -> type:
             read_rows = read_rows_for(self.batch_size)
             chunks: Iterator[TensorDict] = (
                 self._to_tensors(batch)
-                for batch in self.source.read(units, self.columns, read_rows)
+                for batch in self.source.read(
+                    units, self.columns, read_rows, cast_float64=self.cast_float64
+                )
             )
             if self.shuffle:
                 rng = np.random.default_rng([self.seed, self.epoch, worker_id, 1])

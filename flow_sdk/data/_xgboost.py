@@ -107,8 +107,8 @@ def data_iter_class() -> type:
             if self._connector is None:
                 raise RuntimeError("this ArrowDataIter is closed")
             if self._batches is None:
-                self._batches = self._connector.iter_batches(
-                    self.batch_size, columns=self._columns()
+                self._batches = self._connector._iter_batches(
+                    self.batch_size, self._columns(), drop_last=False, cast_float64=True
                 )
                 self.passes += 1
             batch = next(self._batches, None)

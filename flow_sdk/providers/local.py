@@ -86,10 +86,6 @@ class LocalProvider(Provider):
                 "gpu", f"{spec.num_instances} local node(s) x {spec.gpu.count} GPU(s) need "
                 f"{spec.gpu.count * spec.num_instances} GPUs but this machine has {gpus}; lower "
                 "the count or num_instances, or use a cloud provider"))
-        if spec.volumes or spec.mounts:
-            problems.append(FieldProblem(
-                "volumes", "the local provider in this version runs without volumes or mounts; "
-                "remove them or use provider='aws'"))
         return problems
 
     def rendezvous_ports(self) -> tuple[int, int]:

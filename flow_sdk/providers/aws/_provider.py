@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,6 +221,11 @@ class AwsProvider(Provider):
                             break
                         continue
                     self._task_regions[task_id] = (offer.region,)
+                    others = {r: c for r, c in contexts.items() if r != offer.region}
+                    note = self._abort(task_id, others)  # failed tries' regions: no leftovers
+                    if note:
+                        warnings.warn(f"task {task_id} launched in {offer.region};{note}",
+                                      stacklevel=2)
                     return self._started(request, ctx, plan, instances)
         except (ClientError, BotoCoreError) as exc:
             note = self._abort(task_id, contexts)

@@ -836,19 +836,17 @@ def plan_offers(
     """The offers to try for launching ``spec``'s nodes, in order; never empty.
 
     Markets come from ``spec.priority`` and are tried in that preference order, each cheapest
-    first; the cap is ``spec.max_price_per_hour``; ``internode_interconnect='efa'`` requires EFA.
+    first; the cap is ``spec.max_price_per_hour``; ``internode_interconnect='efa'`` (or
+    ``'infiniband'``, which AWS serves with EFA) requires EFA.
     ``spec.region``, when set, wins over ``regions`` (a provider's default list; None = all).
     Raises OfferNotFoundError saying what ruled everything out and how to fix it.
     """
     cat = catalog if catalog is not None else load_catalog()
     markets = markets_for_priority(spec.priority)
     interconnect = (spec.internode_interconnect or "").lower()
-    if interconnect == "infiniband":
-        raise OfferNotFoundError(
-            "AWS instances use EFA, not InfiniBand, between nodes; set "
-            "internode_interconnect='efa' (or leave it unset)", request=_describe(spec.gpu))
     region_list = [spec.region] if spec.region else regions
-    require_efa = interconnect == "efa"
+    # AWS's RDMA fabric between nodes is EFA: an InfiniBand request is served by EFA.
+    require_efa = interconnect in ("efa", "infiniband")
     offers = find_offers(spec.gpu, regions=region_list, markets=markets,
                          max_price_per_hour=spec.max_price_per_hour, require_efa=require_efa,
                          catalog=cat)

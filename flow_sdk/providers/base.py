@@ -38,6 +38,10 @@ class Instance:
     state: InstanceState
     launched_at: float
     ssh: SshEndpoint | None = None
+    usd_per_hour: float = 0.0  # what this node costs while it runs (0 for local processes)
+    market: str = "local"  # "on-demand" | "spot" | "local"
+    instance_type: str = "local-process"
+    zone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,32 @@ class LaunchRequest:
     task_id: str
     spec: TaskSpec
     boot_env: Mapping[str, str] = field(default_factory=dict)  # set for the node agent
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a launch would start, without starting it (``flow plan`` / ``app.plan``)."""
+
+    provider: str
+    instance_type: str
+    region: str
+    market: str
+    usd_per_hour: float  # per node
+    nodes: int
+    max_run_time_hours: float | None
+    zone: str | None = None
+    alternatives: int = 0  # further offers failover would try, in order
+
+    @property
+    def cost_per_hour(self) -> float:
+        return self.usd_per_hour * self.nodes
+
+    @property
+    def cost_at_cap(self) -> float | None:
+        """The most the task can cost: hourly cost x the runtime cap (None when uncapped)."""
+        if self.max_run_time_hours is None:
+            return None
+        return self.cost_per_hour * self.max_run_time_hours
 
 
 @dataclass(frozen=True)
@@ -144,6 +174,12 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def terminate(self, task_id: str) -> None:
         """Stop every node of the task and everything running on it. Idempotent."""
+
+    def plan(self, spec: TaskSpec) -> LaunchPlan:
+        """The offer ``launch`` would try first. Providers that rent machines override this;
+        the default describes nodes that cost nothing (processes on this machine)."""
+        return LaunchPlan(self.name, "local-process", "local", "local", 0.0, spec.num_instances,
+                          spec.max_run_time_hours)
 
     def rendezvous_ports(self) -> tuple[int, int]:
         """(agent store port, MASTER_PORT) for a new task. Cloud nodes own their ports."""

@@ -194,9 +194,11 @@ def test_efa_filter() -> None:
     assert plan_offers(task(gpu="a10g", internode_interconnect="ethernet"))
 
 
-def test_infiniband_is_not_an_aws_interconnect() -> None:
-    with pytest.raises(OfferNotFoundError, match="EFA, not InfiniBand"):
-        plan_offers(task(gpu="h100:8", internode_interconnect="InfiniBand"))
+def test_infiniband_is_served_by_efa_on_aws() -> None:
+    plan = plan_offers(task(gpu="h100:8", internode_interconnect="InfiniBand"))
+    assert plan and all(o.efa_supported for o in plan)
+    with pytest.raises(OfferNotFoundError, match="EFA"):
+        plan_offers(task(gpu="a10g", internode_interconnect="infiniband"))
 
 
 def test_unknown_region_is_a_clear_error() -> None:

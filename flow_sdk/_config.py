@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 
 
-def flow_home() -> Path:
-    """The flow data directory: ``$FLOW_HOME``, else ``~/.flow``. Created on first use."""
+def flow_home(create: bool = True) -> Path:
+    """The flow data directory: ``$FLOW_HOME``, else ``~/.flow``; created unless ``create``
+    is False (for callers that only name a path in it)."""
     home = Path(os.environ.get("FLOW_HOME") or Path.home() / ".flow").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    if create:
+        home.mkdir(parents=True, exist_ok=True)
     return home

@@ -11,9 +11,9 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from flow_sdk import payload, protocol
 from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
-from flow_sdk.protocol import BootConfig, Outcome, TaskRecord, TaskStatus
+from flow_sdk.protocol import BootConfig, LaunchedNode, LaunchRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.base import LaunchRequest, Provider
+from flow_sdk.providers.base import LaunchPlan, LaunchRequest, Provider
 from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.task import Task, save_client_record
 
@@ -58,6 +58,11 @@ class FlowApp:
             return RemoteFunction(self, func, self._spec_for(func, options))
 
         return wrap(fn) if fn is not None else wrap
+
+    def plan(self, fn: RemoteFunction[..., Any]) -> LaunchPlan:
+        """The offer a launch of ``fn`` would try first, its price and its cost at the runtime
+        cap, without launching anything. Raises when no offer fits the spec and caps."""
+        return self.provider(fn.spec.provider).plan(fn.spec)
 
     def _spec_for(self, func: Callable[..., Any], options: dict[str, Any]) -> TaskSpec:
         options = {"provider": self.default_provider, **options}
@@ -132,9 +137,13 @@ def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
                                            "created_at": record.created_at})
     boot = BootConfig(task_id, provider.name, provider.config())
     try:
-        provider.launch(LaunchRequest(task_id, spec, boot.to_env()))
+        instances = provider.launch(LaunchRequest(task_id, spec, boot.to_env()))
     except FlowError as exc:
         store.put_if_absent(protocol.outcome_key(task_id), protocol.to_json(
             Outcome(TaskStatus.FAILED.value, f"launch failed: {exc}", time.time())))
         raise
+    launch = LaunchRecord(min(i.launched_at for i in instances), [
+        LaunchedNode(i.instance_id, i.instance_type, i.market, i.usd_per_hour, i.zone)
+        for i in instances])
+    store.put(protocol.launch_key(task_id), protocol.to_json(launch))
     return Task(task_id, provider)

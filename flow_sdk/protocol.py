@@ -52,6 +52,10 @@ def outcome_key(task_id: str) -> str:
     return f"tasks/{task_id}/outcome.json"
 
 
+def launch_key(task_id: str) -> str:
+    return f"tasks/{task_id}/launch.json"
+
+
 def cancel_key(task_id: str) -> str:
     return f"tasks/{task_id}/cancel"
 
@@ -108,6 +112,28 @@ class TaskRecord:
     @classmethod
     def from_json(cls, data: bytes) -> TaskRecord:
         return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class LaunchedNode:
+    instance_id: str
+    instance_type: str
+    market: str
+    usd_per_hour: float
+    zone: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """What the provider started for a task, with its prices; written by the client."""
+
+    launched_at: float
+    nodes: list[LaunchedNode]
+
+    @classmethod
+    def from_json(cls, data: bytes) -> LaunchRecord:
+        raw = json.loads(data)
+        return cls(raw["launched_at"], [LaunchedNode(**n) for n in raw["nodes"]])
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from flow_sdk.catalog.gpus import find_gpu_model
+from flow_sdk._config import flow_home
 from flow_sdk.errors import FlowError
 
 Market = Literal["on-demand", "spot"]
@@ -301,8 +302,7 @@ class Catalog:
 
 def user_catalog_path() -> Path:
     """Where a refreshed catalog lives: ``$FLOW_HOME/catalog/aws_instances.csv``."""
-    home = os.environ.get("FLOW_HOME") or "~/.flow"
-    return Path(home).expanduser() / "catalog" / CATALOG_FILENAME
+    return flow_home(create=False) / "catalog" / CATALOG_FILENAME
 
 
 def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:

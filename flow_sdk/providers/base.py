@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from flow_sdk.errors import FieldProblem
+from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.spec import TaskSpec
 
 InstanceState = Literal["pending", "running", "terminated"]
@@ -174,6 +174,17 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def terminate(self, task_id: str) -> None:
         """Stop every node of the task and everything running on it. Idempotent."""
+
+    def add_instances(self, request: LaunchRequest, count: int) -> list[Instance]:
+        """Start ``count`` more nodes for a running task (replacements after a node loss,
+        when ``max_restarts`` allows). Called from a node agent."""
+        raise ProviderError(f"the {self.name} provider cannot add nodes to a running task, so "
+                            "lost nodes cannot be replaced; set max_restarts=0")
+
+    def terminate_instances(self, task_id: str, instance_ids: list[str]) -> None:
+        """Stop some of a task's nodes (a lost node before its replacement starts)."""
+        raise ProviderError(f"the {self.name} provider cannot terminate single nodes; "
+                            "set max_restarts=0")
 
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         """The offer ``launch`` would try first. Providers that rent machines override this;

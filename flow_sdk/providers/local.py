@@ -101,21 +101,35 @@ class LocalProvider(Provider):
         return self.root / "nodes" / task_id / instance_id
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
-        spec = request.spec
-        gpus = local_gpu_count() if spec.gpu is not None else 0
         block = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}"
-        package_root = str(Path(flow_sdk.__file__).resolve().parent.parent)
         records = self._records_dir(request.task_id)
         records.mkdir(parents=True, exist_ok=True)
+        (records / "address-block").write_text(block)
+        return self._start_nodes(request, range(request.spec.num_instances), rollback_all=True)
+
+    def add_instances(self, request: LaunchRequest, count: int) -> list[Instance]:
+        first = len(self._records(request.task_id))
+        return self._start_nodes(request, range(first, first + count), rollback_all=False)
+
+    def _start_nodes(self, request: LaunchRequest, indexes: range,
+                     rollback_all: bool) -> list[Instance]:
+        """Start one agent per index (its address and GPU slice follow the index)."""
+        spec = request.spec
+        gpus = local_gpu_count() if spec.gpu is not None else 0
+        block = (self._records_dir(request.task_id) / "address-block").read_text()
+        package_root = str(Path(flow_sdk.__file__).resolve().parent.parent)
         started: list[Instance] = []
         try:
-            for index in range(spec.num_instances):
+            for index in indexes:
                 started.append(self._start_node(request, index, f"{block}.{index + 1}", gpus,
                                                 package_root))
         except OSError as exc:
-            self.terminate(request.task_id)
-            raise ProviderError(f"could not start local node {len(started)} of "
-                                f"{spec.num_instances}: {exc}; nothing was left running") from exc
+            if rollback_all:
+                self.terminate(request.task_id)
+            else:
+                self.terminate_instances(request.task_id, [i.instance_id for i in started])
+            raise ProviderError(f"could not start local node {len(started) + 1} of "
+                                f"{len(indexes)}: {exc}; what had started was stopped") from exc
         return sorted(started, key=lambda i: i.instance_id)
 
     def _start_node(self, request: LaunchRequest, index: int, address: str, gpus: int,
@@ -130,7 +144,8 @@ class LocalProvider(Provider):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         if gpus and request.spec.gpu is not None:
             count = request.spec.gpu.count
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * count + g) for g in range(count))
+            slot = index % request.spec.num_instances  # a replacement takes over a slice
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(slot * count + g) for g in range(count))
         with open(workdir / "boot.log", "ab") as boot_log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "flow_sdk.agent"], cwd=workdir, env=env,
@@ -160,7 +175,13 @@ class LocalProvider(Provider):
         return sorted(instances, key=lambda i: i.instance_id)
 
     def terminate(self, task_id: str) -> None:
-        for rec in self._records(task_id):
+        self._stop(task_id, self._records(task_id))
+
+    def terminate_instances(self, task_id: str, instance_ids: list[str]) -> None:
+        self._stop(task_id, [r for r in self._records(task_id) if r["instance_id"] in instance_ids])
+
+    def _stop(self, task_id: str, records: list[dict[str, Any]]) -> None:
+        for rec in records:
             workdir = Path(rec["workdir"])
             if _process.is_alive(rec["pid"], rec["ticks"]):
                 _process.kill_group(rec["pid"], reap=_reap)

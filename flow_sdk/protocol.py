@@ -52,6 +52,20 @@ def outcome_key(task_id: str) -> str:
     return f"tasks/{task_id}/outcome.json"
 
 
+def restart_key(task_id: str, generation: int) -> str:
+    """Written by the node that decided a failed generation restarts (``max_restarts``)."""
+    return f"tasks/{task_id}/restarts/{generation:06d}"
+
+
+def restarts_prefix(task_id: str) -> str:
+    return f"tasks/{task_id}/restarts/"
+
+
+def decider_key(task_id: str, generation: int) -> str:
+    """Claimed (put_if_absent) by the one node that decides how a failed generation ends."""
+    return f"tasks/{task_id}/decider/{generation:06d}"
+
+
 def launch_key(task_id: str) -> str:
     return f"tasks/{task_id}/launch.json"
 

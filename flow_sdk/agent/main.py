@@ -2,16 +2,25 @@
 
 Started by a provider on every node with ``FLOW_BOOT`` (task and provider), ``FLOW_INSTANCE_ID``
 and ``FLOW_NODE_ADDRESS`` set. It reaches the provider only through the provider interface.
+
+A task runs in generations. Generation 0 starts when every node passed the start barrier.
+When a worker fails or a node is lost, exactly one node (the one that claims the
+generation's decider key in the object store) decides: it writes the task's outcome, or, while
+``max_restarts`` allows, stops the lost nodes, starts replacements and opens the next
+generation, in which every node rendezvouses again and restarts its workers.
 """
 
 from __future__ import annotations
 
+import enum
+import json
 import os
 import signal
 import sys
 import threading
 import time
 import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -20,16 +29,30 @@ from flow_sdk.agent.workers import WorkerExit, WorkerGroup
 from flow_sdk.errors import FlowError
 from flow_sdk.protocol import BootConfig, NodeRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.base import LogRecord, Provider
+from flow_sdk.providers.base import LaunchRequest, LogRecord, Provider
 from flow_sdk.rendezvous import Membership, discover, worker_env
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.spec import TaskSpec
+from flow_sdk.volumes import prepare_volumes
 
 POLL_S = 0.05  # how often workers are polled
 WATCH_S = 0.25  # how often the store is read (failures, completion, heartbeats)
 HEARTBEAT_TIMEOUT_S = 6.0  # a node whose counter did not move for this long is lost
-DECIDE_WINDOW_S = 1.0  # how long the first reporter collects other reports before deciding
+DECIDE_WINDOW_S = 1.0  # how long the decider collects other nodes' reports
+DECISION_WAIT_S = 30.0  # how long other nodes wait for the decider
 CANCEL_CHECK_S = 2.0
+
+
+class Next(enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RESTART = "restart"
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    kind: str  # "succeeded" | "failed" | "stopped"
+    report: FailureReport | None = None  # what this node saw, when it saw the failure itself
 
 
 class AgentLog:
@@ -75,6 +98,10 @@ class Agent:
         self._write_outcome(Outcome(TaskStatus.FAILED.value, message, time.time(), node=node))
         return 1
 
+    def _current_generation(self) -> int:
+        keys = self.provider.store.list(protocol.restarts_prefix(self.task_id))
+        return max((int(k.rsplit("/", 1)[1]) for k in keys), default=0)
+
     # -- main -------------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -91,6 +118,18 @@ class Agent:
         (self.workdir / "payload").write_bytes(blob)
         deadline = (self.boot_time + spec.max_run_time_hours * 3600
                     if spec.max_run_time_hours is not None else None)
+        generation = self._current_generation()
+        while True:
+            step = self._run_generation(generation, spec, record, deadline)
+            if step is Next.SUCCEEDED:
+                return 0
+            if step is Next.FAILED:
+                return 1
+            generation += 1
+            self.log(f"restarting: generation {generation} of at most {spec.max_restarts}")
+
+    def _run_generation(self, gen: int, spec: TaskSpec, record: TaskRecord,
+                        deadline: float | None) -> Next:
         try:
             membership = discover(lambda: self.provider.list_instances(self.task_id),
                                   self.instance_id, expected=spec.num_instances,
@@ -99,60 +138,119 @@ class Agent:
             self._write_node(membership, "rendezvous")
             self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
                      f"{membership.leader_address}")
-            store = NodeStore.connect(membership, record.rdzv_port, spec.availability_timeout_s)
+            store = NodeStore.connect(membership, record.rdzv_port, spec.availability_timeout_s,
+                                      generation=gen)
             store.heartbeat()
             store.barrier("start", spec.availability_timeout_s)
         except FlowError as exc:
             self.log(f"rendezvous failed: {exc}")
-            return self._fail(str(exc))
+            self._fail(str(exc))
+            return Next.FAILED
         self.log(f"all {membership.num_nodes} nodes arrived; starting {spec.slots_per_node} "
                  f"worker(s)")
+        try:  # volumes and S3 mounts: env additions naming where workers find them
+            volume_env = prepare_volumes(spec, self.provider, self.workdir, self.task_id,
+                                         self.log, keepalive=store.heartbeat)
+        except FlowError as exc:
+            self.log(f"volumes failed: {exc}")
+            step = self._conclude(gen, spec, membership, store, FailureReport(
+                node=membership.node_rank, status=TaskStatus.FAILED.value,
+                message=f"node {membership.node_rank}: {exc}", observed_at=time.time()))
+            store.close()
+            return step
         envs = [worker_env(task_id=self.task_id, membership=membership, local_rank=slot,
                            slots_per_node=spec.slots_per_node, master_port=record.master_port,
-                           distributed=spec.distributed_mode == "auto",
-                           user_env=spec.environment)
+                           distributed=spec.distributed_mode == "auto", restart_count=gen,
+                           user_env={**volume_env, **spec.environment})
                 for slot in range(spec.slots_per_node)]
         workers = WorkerGroup(workdir=self.workdir, log_store=self.provider.logs,
                               task_id=self.task_id, node_rank=membership.node_rank, envs=envs,
                               pids_file=self.workdir / protocol.WORKER_PGIDS_FILE,
-                              payload_digest=record.payload_digest)
+                              payload_digest=record.payload_digest, generation=gen)
         workers.start()
         self._write_node(membership, "running", spec.slots_per_node)
         try:
-            code = self._watch(membership, store, workers, deadline)
+            result = self._watch(membership, store, workers, deadline)
         finally:
             workers.stop()
-        if code != 0 and membership.is_leader:
-            self._linger_for_outcome()
+        if result.kind == "succeeded":
+            step = Next.SUCCEEDED
+        elif result.kind == "stopped":
+            step = Next.FAILED
+        else:
+            step = self._conclude(gen, spec, membership, store, result.report)
         store.close()
-        self._write_node(membership, "done" if code == 0 else "failed", spec.slots_per_node)
-        return code
+        self._write_node(membership, {Next.SUCCEEDED: "done", Next.FAILED: "failed",
+                                      Next.RESTART: "restarting"}[step], spec.slots_per_node)
+        return step
+
+    # -- deciding how a failed generation ends ------------------------------------------------
+
+    def _conclude(self, gen: int, spec: TaskSpec, m: Membership, store: NodeStore,
+                  report: FailureReport | None) -> Next:
+        if report is not None:
+            try:
+                store.report_failure(report)
+            except StoreLost:
+                self.log("the store is gone; deciding on what this node saw")
+        if self.provider.store.put_if_absent(protocol.decider_key(self.task_id, gen),
+                                             self.instance_id.encode()):
+            return self._decide(gen, spec, m, store, report)
+        deadline = time.monotonic() + DECISION_WAIT_S
+        restart = protocol.restart_key(self.task_id, gen + 1)
+        outcome = protocol.outcome_key(self.task_id)
+        while time.monotonic() < deadline:
+            if self.provider.store.exists(restart):
+                return Next.RESTART
+            if self.provider.store.exists(outcome):
+                return Next.FAILED
+            time.sleep(0.05)
+        self._fail(f"node {m.node_rank}: no node decided how generation {gen} ends within "
+                   f"{DECISION_WAIT_S:.0f}s")
+        return Next.FAILED
+
+    def _decide(self, gen: int, spec: TaskSpec, m: Membership, store: NodeStore,
+                report: FailureReport | None) -> Next:
+        time.sleep(DECIDE_WINDOW_S)  # let the other nodes' reports of the same event arrive
+        try:
+            reports = store.failure_reports()
+        except StoreLost:
+            reports = []
+        if report is not None and report not in reports:
+            reports.append(report)
+        root = min(reports, key=FailureReport.root_cause_key) if reports else FailureReport(
+            node=m.node_rank, status=TaskStatus.FAILED.value, observed_at=time.time(),
+            message="a node reported a failure but no report survived")
+        cancelled = self.provider.store.exists(protocol.cancel_key(self.task_id))
+        if root.status == TaskStatus.TIMED_OUT.value or gen >= spec.max_restarts or cancelled:
+            restarts = f" after {gen} restart(s)" if gen else ""
+            self._write_outcome(Outcome(root.status, root.message + restarts, time.time(),
+                                        node=root.node, rank=root.rank,
+                                        exit_code=root.exit_code, signal_name=root.signal_name,
+                                        log_tail=list(root.log_tail),
+                                        has_error_payload=root.has_error_payload))
+            return Next.FAILED
+        running = {i.instance_id for i in self.provider.list_instances(self.task_id)
+                   if i.state == "running"}
+        lost = [iid for node, iid in enumerate(m.instance_ids)
+                if iid not in running or (root.lost and node == root.node)]
+        self.log(f"generation {gen} failed ({root.message.splitlines()[0]}); restart "
+                 f"{gen + 1} of {spec.max_restarts}"
+                 + (f", replacing {', '.join(lost)}" if lost else ""))
+        try:
+            if lost:
+                self.provider.terminate_instances(self.task_id, lost)
+            self.provider.store.put(protocol.restart_key(self.task_id, gen + 1),
+                                    json.dumps({"reason": asdict(root), "replaced": lost}).encode())
+            if lost:
+                self.provider.add_instances(
+                    LaunchRequest(self.task_id, spec, self.boot.to_env()), len(lost))
+        except FlowError as exc:
+            self._fail(f"could not restart after {root.message.splitlines()[0]}: {exc}")
+            return Next.FAILED
+        return Next.RESTART
 
     # -- watching ---------------------------------------------------------------------------
-
-    def _report(self, store: NodeStore, report: FailureReport) -> None:
-        """Report a failure; the first reporter waits for others and writes the outcome."""
-        first = store.report_failure(report)
-        if not first:
-            return
-        time.sleep(DECIDE_WINDOW_S)
-        try:
-            reports = store.failure_reports() or [report]
-        except StoreLost:  # the leader went away meanwhile: decide on what this node saw
-            reports = [report]
-        root = min(reports, key=FailureReport.root_cause_key)
-        self._write_outcome(Outcome(root.status, root.message, time.time(), node=root.node,
-                                    rank=root.rank, exit_code=root.exit_code,
-                                    signal_name=root.signal_name, log_tail=list(root.log_tail),
-                                    has_error_payload=root.has_error_payload))
-
-    def _linger_for_outcome(self, timeout_s: float = DECIDE_WINDOW_S + 5.0) -> None:
-        """The leader hosts the store: keep it up until whichever node decides has written
-        the task's outcome (bounded, in case that node died too)."""
-        deadline = time.monotonic() + timeout_s
-        key = protocol.outcome_key(self.task_id)
-        while time.monotonic() < deadline and not self.provider.store.exists(key):
-            time.sleep(0.05)
 
     def _worker_failure(self, m: Membership, workers: WorkerGroup,
                         exit_: WorkerExit) -> FailureReport:
@@ -178,7 +276,7 @@ class Agent:
             self.provider.store.put(protocol.result_key(self.task_id, w.rank), path.read_bytes())
 
     def _watch(self, m: Membership, store: NodeStore, workers: WorkerGroup,
-               deadline: float | None) -> int:
+               deadline: float | None) -> WatchResult:
         done = False
         last_watch = last_cancel = 0.0
         seen: dict[int, tuple[int, float]] = {}
@@ -186,21 +284,19 @@ class Agent:
             while True:
                 if self.stop_requested.is_set():
                     self.log("stop requested (SIGTERM): stopping workers")
-                    return 143
+                    return WatchResult("stopped")
                 for exit_ in workers.poll():
                     if exit_.returncode != 0:
                         report = self._worker_failure(m, workers, exit_)
                         self.log(report.message.splitlines()[0])
-                        workers.stop()
-                        self._report(store, report)
-                        return 1
+                        return WatchResult("failed", report)
                 if not done and workers.all_succeeded:
                     self._upload_results(workers)
                     store.mark_done()
                     done = True
                     self.log("all workers on this node succeeded")
                     if not m.is_leader:
-                        return 0
+                        return WatchResult("succeeded")
                 now = time.monotonic()
                 if now - last_watch >= WATCH_S:
                     last_watch = now
@@ -208,37 +304,33 @@ class Agent:
                         store.heartbeat()
                     if store.failed():
                         self.log("another node failed: stopping workers")
-                        return 1
+                        return WatchResult("failed")
                     if m.is_leader:
                         finished = store.done_nodes()
                         if len(finished) == m.num_nodes:
                             self._write_outcome(Outcome(TaskStatus.SUCCEEDED.value,
                                                         "every rank returned", time.time()))
-                            return 0
+                            return WatchResult("succeeded")
                         lost = self._lost_node(store, finished, seen, now)
                         if lost is not None:
-                            workers.stop()
-                            self._report(store, lost)
-                            return 1
+                            self.log(lost.message)
+                            return WatchResult("failed", lost)
                     if deadline is not None and now >= deadline:
-                        workers.stop()
-                        self._report(store, FailureReport(
+                        return WatchResult("failed", FailureReport(
                             node=m.node_rank, status=TaskStatus.TIMED_OUT.value,
                             message="the task reached its max_run_time_hours cap and was "
                                     "stopped on the nodes", observed_at=time.time()))
-                        return 1
                 if now - last_cancel >= CANCEL_CHECK_S:
                     last_cancel = now
                     if self.provider.store.exists(protocol.cancel_key(self.task_id)):
                         self.log("task cancelled: stopping workers")
-                        return 1
+                        return WatchResult("stopped")
                 time.sleep(POLL_S)
         except StoreLost as exc:
             self.log(str(exc))
-            workers.stop()
-            self._write_outcome(Outcome(
-                TaskStatus.FAILED.value, f"node {m.node_rank}: {exc}", time.time(), node=0))
-            return 1
+            return WatchResult("failed", FailureReport(
+                node=0, status=TaskStatus.FAILED.value, message=f"node {m.node_rank}: {exc}",
+                observed_at=time.time(), lost=True))
 
     def _lost_node(self, store: NodeStore, finished: set[int],
                    seen: dict[int, tuple[int, float]], now: float) -> FailureReport | None:
@@ -255,7 +347,7 @@ class Agent:
                     message=f"node {node} ({store.m.instance_ids[node]}, "
                             f"{store.m.addresses[node]}) was lost: no heartbeat for "
                             f"{now - previous[1]:.1f}s",
-                    observed_at=time.time() - (now - previous[1]))
+                    observed_at=time.time() - (now - previous[1]), lost=True)
         return None
 
 

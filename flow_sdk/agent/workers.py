@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from flow_sdk import protocol
 from flow_sdk.providers import _process
 from flow_sdk.providers.base import LogRecord, LogStore
 
@@ -66,7 +67,8 @@ class WorkerGroup:
     """One process per slot, each in a session of its own (so its children can be stopped too)."""
 
     def __init__(self, *, workdir: Path, log_store: LogStore, task_id: str, node_rank: int,
-                 envs: list[Mapping[str, str]], pids_file: Path, payload_digest: str) -> None:
+                 envs: list[Mapping[str, str]], pids_file: Path, payload_digest: str,
+                 generation: int = 0) -> None:
         self.workdir = workdir
         self._log_store = log_store
         self._task_id = task_id
@@ -74,16 +76,18 @@ class WorkerGroup:
         self._envs = envs
         self._pids_file = pids_file
         self._payload_digest = payload_digest
+        self._generation = generation
         self.workers: list[_Worker] = []
-        (workdir / "results").mkdir(exist_ok=True)
+        self._results = workdir / "results" / f"g{generation}"  # a restart starts clean
+        self._results.mkdir(parents=True, exist_ok=True)
 
     def result_path(self, rank: int) -> Path:
-        return self.workdir / "results" / f"result-{rank}"
+        return self._results / f"result-{rank}"
 
     def error_path(self, rank: int) -> Path:
-        return self.workdir / "results" / f"error-{rank}"
+        return self._results / f"error-{rank}"
 
-    def start(self, stream_name: str = "node-{node}.rank-{rank}") -> None:
+    def start(self) -> None:
         for local_rank, extra in enumerate(self._envs):
             rank = int(extra.get("RANK", extra["FLOW_NODE_RANK"]))
             env = dict(os.environ)
@@ -97,7 +101,7 @@ class WorkerGroup:
                                     cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            stream = stream_name.format(node=self._node_rank, rank=rank)
+            stream = protocol.rank_stream(self._node_rank, rank)
             self.workers.append(_Worker(local_rank, rank, proc, self._log_store,
                                         self._task_id, stream))
             with open(self._pids_file, "a") as fh:

@@ -70,8 +70,9 @@ class _Server(socketserver.ThreadingTCPServer):
 class KVServer:
     """Serve the store on ``host:port`` from a background thread until ``close()``."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, initial: dict[str, str] | None = None) -> None:
         self._server = _Server((host, port))
+        self._server.data.update(initial or {})
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,),
                                         name="kvstore", daemon=True)
         self._thread.start()

@@ -30,11 +30,15 @@ class FailureReport:
     signal_name: str | None = None
     log_tail: tuple[str, ...] = ()
     has_error_payload: bool = False
+    lost: bool = False  # the node itself is gone (not just one of its workers)
 
     def root_cause_key(self) -> tuple[int, float]:
         # A worker killed by a signal or a lost node is never a consequence of a peer's failure;
         # a non-zero exit may be (a collective that broke because a peer died), so it ranks after.
         return (0 if self.status == "TIMED_OUT" or self.exit_code is None else 1, self.observed_at)
+
+
+_GENERATION_KEY = "generation"
 
 
 class StoreLost(RendezvousError):
@@ -52,13 +56,34 @@ class NodeStore:
     @classmethod
     def connect(cls, membership: Membership, port: int, timeout_s: float,
                 generation: int = 0) -> NodeStore:
-        """The leader hosts the store on its address; every node (leader too) connects."""
+        """The leader hosts the store on its address; every node (leader too) connects.
+
+        The store names its generation: a node that reaches the previous generation's store
+        (its leader has not closed it yet) drops that connection and tries again.
+        """
         server = None
+        deadline = time.monotonic() + timeout_s
         try:
             if membership.is_leader:
-                server = KVServer(membership.leader_address, port)
-            client = KVClient(membership.leader_address, server.port if server else port,
-                              connect_timeout_s=timeout_s)
+                server = KVServer(membership.leader_address, port,
+                                  initial={_GENERATION_KEY: str(generation)})
+            port = server.port if server else port
+            while True:
+                client = None
+                try:
+                    client = KVClient(membership.leader_address, port,
+                                      connect_timeout_s=max(0.1, deadline - time.monotonic()))
+                    current = client.get(_GENERATION_KEY)
+                except ConnectionError:  # the previous generation's store closing under us
+                    current = None
+                if client is not None and current == str(generation):
+                    return cls(client, membership, server, generation)
+                if client is not None:
+                    client.close()
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"the store there serves generation {current}, "
+                                       f"not {generation}")
+                time.sleep(0.05)
         except OSError as exc:
             if server is not None:
                 server.close()
@@ -66,7 +91,6 @@ class NodeStore:
             raise RendezvousError(f"could not {role} the rendezvous store at "
                                   f"{membership.leader_address}:{port} within {timeout_s:.0f}s: "
                                   f"{exc}") from exc
-        return cls(client, membership, server, generation)
 
     def close(self) -> None:
         self._store.close()
@@ -111,10 +135,10 @@ class NodeStore:
         return {r for r in range(self.m.num_nodes)
                 if self._call("check", [self._k(f"done/{r}")])}
 
-    def report_failure(self, report: FailureReport) -> bool:
-        """Record a failure; True when this was the task's first (its writer decides the outcome)."""
+    def report_failure(self, report: FailureReport) -> None:
+        """Record what this node saw and raise the failure flag every node watches."""
         self._call("set", self._k(f"fail/report/{report.node}"), json.dumps(asdict(report)))
-        return int(self._call("add", self._k("fail/count"), 1)) == 1
+        self._call("add", self._k("fail/count"), 1)
 
     def failed(self) -> bool:
         return bool(self._call("check", [self._k("fail/count")]))

@@ -68,8 +68,9 @@ def test_barrier_heartbeats_done_and_failure_reports() -> None:
     late = FailureReport(node=0, status="FAILED", message="exit 1", observed_at=2.0, exit_code=1)
     killed = FailureReport(node=1, status="FAILED", message="SIGKILL", observed_at=2.5,
                            signal_name="SIGKILL")
-    assert other.report_failure(killed) is True
-    assert leader.report_failure(late) is False
+    assert not leader.failed()
+    other.report_failure(killed)
+    leader.report_failure(late)
     assert leader.failed()
     root = min(leader.failure_reports(), key=FailureReport.root_cause_key)
     assert root.node == 1  # a killed worker outranks an exit it may have caused

@@ -1,0 +1,73 @@
+"""max_restarts: a failed generation re-rendezvouses; lost nodes are replaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from conftest import processes_with_env, wait_until
+from flow_sdk import FlowApp, TaskFailedError, TaskStatus
+from flow_sdk.providers.local import LocalProvider
+
+pytestmark = pytest.mark.slow
+
+app = FlowApp("restarts")
+
+
+@app.function(num_instances=2, workers_per_node=2, max_restarts=1)
+def resilient() -> dict:
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from flow_sdk import current
+
+    dist.init_process_group("gloo")
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    if current.restart_count == 0:
+        print(f"rank {current.rank} ready", flush=True)
+        time.sleep(300)  # generation 0 never finishes: a node dies first
+    dist.destroy_process_group()
+    return {"restart": current.restart_count, "sum": float(value.item()),
+            "node": current.node_index}
+
+
+def test_killed_node_is_replaced_and_the_job_completes(flow_home: Path) -> None:
+    task = resilient.spawn()
+    provider = task.provider
+    assert isinstance(provider, LocalProvider)
+    wait_until(lambda: sum("ready" in ln for ln in task.logs()) == 4, 90, "4 ranks ready")
+    first = {n.node: n.instance_id for n in task.nodes()}
+    os.kill(provider.agent_pid(task.task_id, first[1]), signal.SIGKILL)
+    results = task.results(timeout=120)
+    assert [r["restart"] for r in results] == [1, 1, 1, 1]
+    assert all(r["sum"] == 4.0 for r in results)  # all four ranks joined the new generation
+    instances = {i.instance_id for i in provider.list_instances(task.task_id)}
+    assert first[1] in instances and len(instances) == 3  # the lost node plus its replacement
+    assert first[1] not in {n.instance_id for n in task.nodes()}
+    assert any("restart 1 of 1" in ln for ln in task.logs(source="agent"))
+    wait_until(lambda: not processes_with_env("FLOW_HOME", str(flow_home)), 10, "no processes")
+
+
+@app.function(num_instances=2, max_restarts=2)
+def flaky() -> int:
+    from flow_sdk import current
+    if current.node_index == 1 and current.restart_count < 2:
+        raise RuntimeError(f"transient failure {current.restart_count}")
+    return current.restart_count
+
+
+def test_worker_failures_restart_in_place_until_success() -> None:
+    task = flaky.spawn()
+    assert task.results(timeout=120) == [2, 2]
+    assert task.status is TaskStatus.SUCCEEDED
+
+
+def test_restarts_exhausted_fails_with_the_last_cause() -> None:
+    with pytest.raises(RuntimeError, match="transient failure 1"):
+        flaky.with_options(max_restarts=1).remote()

@@ -19,6 +19,7 @@ from flow_sdk import payload
 from flow_sdk.errors import PayloadError
 
 _PR_SET_PDEATHSIG = 1
+DEFAULT_MAX_RESULT_BYTES = 1 << 30  # results travel through the object store; 1 GiB at most
 
 
 def _die_with_agent() -> None:
@@ -60,10 +61,17 @@ def main() -> int:
         _write(error_path, _error_blob(exc))
         print(f"flow: {exc}", file=sys.stderr)
         return 1
+    limit = int(os.environ.get("FLOW_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES))
     try:
         fn, args, kwargs = payload.loads(blob)
         result = fn(*args, **kwargs)
         data = payload.dumps(result)
+        if len(data) > limit:
+            raise PayloadError(
+                f"the return value of rank {os.environ.get('RANK', '0')} is {len(data):,} bytes "
+                f"serialized, above the {limit:,}-byte limit for results; write large outputs to "
+                "a volume or object store and return their path (FLOW_MAX_RESULT_BYTES sets "
+                "the limit)")
     except Exception as exc:  # the user's code may raise anything: ship it to the caller
         traceback.print_exc()
         _write(error_path, _error_blob(exc))

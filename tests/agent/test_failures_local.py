@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import processes_with_env, wait_until
+from flow_testing import processes_with_env, wait_until
 from flow_sdk import FlowApp, Task, TaskCancelledError, TaskFailedError, TaskStatus, TaskTimedOutError
 from flow_sdk.providers.local import LocalProvider
 

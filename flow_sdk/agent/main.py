@@ -31,6 +31,7 @@ from flow_sdk.protocol import BootConfig, NodeRecord, Outcome, TaskRecord, TaskS
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchRequest, LogRecord, Provider
 from flow_sdk.rendezvous import Membership, discover, worker_env
+from flow_sdk.rendezvous.preflight import run_preflight
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.spec import TaskSpec
 from flow_sdk.volumes import prepare_volumes
@@ -142,6 +143,8 @@ class Agent:
                                       generation=gen)
             store.heartbeat()
             store.barrier("start", spec.availability_timeout_s)
+            if spec.preflight:
+                self.log(run_preflight(store, record.master_port, spec.availability_timeout_s))
         except FlowError as exc:
             self.log(f"rendezvous failed: {exc}")
             self._fail(str(exc))

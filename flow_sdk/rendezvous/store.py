@@ -120,6 +120,16 @@ class NodeStore:
                                       f"missing: {', '.join(missing)}")
             time.sleep(poll_s)
 
+    def publish(self, name: str, value: str) -> None:
+        """Set this node's value of ``name``."""
+        self._call("set", self._k(f"{name}/{self.m.node_rank}"), value)
+
+    def gather(self, name: str) -> list[str | None]:
+        """Every node's value of ``name``, by node rank (None where unset)."""
+        values: list[str | None] = self._call(
+            "multi_get", [self._k(f"{name}/{r}") for r in range(self.m.num_nodes)])
+        return values
+
     def heartbeat(self) -> None:
         self._call("add", self._k(f"hb/{self.m.node_rank}"), 1)
 

@@ -94,6 +94,16 @@ def test_remote_exception_is_reraised_with_its_type_and_remote_traceback() -> No
     assert any("node 1" in note for note in getattr(info.value, "__notes__", []))
 
 
+def test_preflight_checks_every_pair_before_user_code() -> None:
+    @app.function(num_instances=3, preflight=True)
+    def ok() -> str:
+        return "ran"
+
+    task = ok.spawn()
+    assert task.result(timeout=120) == "ran"
+    assert any("preflight: 3 nodes, 6 node pairs" in line for line in task.logs(source="agent"))
+
+
 def test_builtin_exception_type_survives() -> None:
     @app.function()
     def bad_key() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +67,7 @@ class WorkerGroup:
     """One process per slot, each in a session of its own (so its children can be stopped too)."""
 
     def __init__(self, *, workdir: Path, log_store: LogStore, task_id: str, node_rank: int,
-                 envs: list[Mapping[str, str]], pids_file: Path, payload_digest: str,
+                 envs: Sequence[Mapping[str, str]], pids_file: Path, payload_digest: str,
                  generation: int = 0) -> None:
         self.workdir = workdir
         self._log_store = log_store

@@ -29,6 +29,16 @@ from flow_sdk.errors import (
 from flow_sdk.protocol import TaskStatus
 from flow_sdk.spec import GpuSpec, TaskSpec, VolumeSpec
 from flow_sdk.task import Task
+from flow_sdk.volumes import (
+    ReadOnlyMountError,
+    Volume,
+    VolumeError,
+    VolumeInfo,
+    VolumeInUseError,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 __version__ = "0.1.0"
 
@@ -37,4 +47,6 @@ __all__ = [
     "RemoteFunction", "RemoteTraceback", "RendezvousError", "Task", "TaskCancelledError",
     "TaskError", "TaskFailedError", "TaskNotFoundError", "TaskSpec", "TaskStatus",
     "TaskTimedOutError", "TaskTimeoutError", "ValidationError", "VolumeSpec", "current",
+    "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInfo", "VolumeInUseError",
+    "latest_checkpoint", "load_checkpoint", "save_checkpoint",
 ]

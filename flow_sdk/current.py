@@ -5,14 +5,52 @@
 
 Every attribute reads the environment the node agent set. Outside a task they describe a
 single process (rank 0 of 1), so the same code runs under a plain ``fn()`` call.
+
+Volumes and S3 mounts: ``current.path("/shared/ckpt")`` is where this process finds the mount
+path ``/shared/ckpt`` (and anything under it). On cloud nodes, and on local nodes that have a
+private mount namespace, that is the path itself; where local nodes cannot have one, it is the
+volume's directory under the flow data dir (see ``flow_sdk.volumes``). Code that goes through
+``current.path`` runs unchanged everywhere. ``current.path(p, write=True)`` also refuses a path
+on a read-only S3 mount with ``ReadOnlyMountError`` (``errno.EROFS``). ``current.mounts`` maps
+every mount path of the task to the path used for it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
+from typing import Any, TypeVar
 
 __all__ = ["task_id", "node_index", "num_nodes", "main_ip", "rank", "local_rank", "world_size",
-           "local_world_size", "is_main", "restart_count", "in_task"]
+           "local_world_size", "is_main", "restart_count", "in_task", "mounts", "path"]
+
+PathT = TypeVar("PathT", str, Path)
+
+
+def _mount_table() -> dict[str, dict[str, Any]]:
+    raw = os.environ.get("FLOW_MOUNTS")
+    return json.loads(raw) if raw else {}
+
+
+def path(mount_path: PathT, *, write: bool = False) -> PathT:
+    """Where this process finds ``mount_path`` (a volume or S3 mount path, or a path under
+    one); any other path comes back unchanged, as does everything outside a task.
+
+    ``write=True`` raises ``flow_sdk.volumes.ReadOnlyMountError`` for a read-only S3 mount.
+    Returns a ``str`` for a ``str`` and a ``Path`` for a ``Path``.
+    """
+    text = os.fspath(mount_path)
+    table = _mount_table()
+    for mount in sorted(table, key=len, reverse=True):
+        if text == mount or text.startswith(mount + "/"):
+            entry = table[mount]
+            if write and entry.get("read_only"):
+                from flow_sdk.volumes.errors import ReadOnlyMountError
+                raise ReadOnlyMountError(mount, str(entry.get("source", "S3")), text)
+            real = str(entry["path"]) + text[len(mount):]
+            return Path(real) if isinstance(mount_path, Path) else real
+    return mount_path
 
 
 def _int(name: str, default: int) -> int:
@@ -43,6 +81,8 @@ def _read(name: str) -> object:
         return _read("rank") == 0
     if name == "restart_count":
         return _int("FLOW_RESTART_COUNT", 0)
+    if name == "mounts":
+        return {mount: str(entry["path"]) for mount, entry in _mount_table().items()}
     raise AttributeError(f"flow_sdk.current has no attribute {name!r}; available: {', '.join(__all__)}")
 
 

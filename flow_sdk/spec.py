@@ -30,6 +30,7 @@ _GPU_RE = re.compile(
 )
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VOLUME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+MAX_BLOCK_VOLUME_GB = 16384  # EBS gp3
 _S3_URI_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
 
 # Mounting over these (or under the first group) would break the node's operating system.
@@ -93,7 +94,11 @@ class GpuSpec(_Frozen):
 
 
 class VolumeSpec(_Frozen):
-    """A named persistent volume mounted at a path on the nodes."""
+    """A named persistent volume mounted at a path on the nodes.
+
+    ``interface="file"`` is shared by every node (a directory locally, EFS on AWS);
+    ``interface="block"`` attaches to one node only (a directory locally, EBS on AWS).
+    """
 
     name: str
     size_gb: int = Field(default=100, ge=1, le=65536)
@@ -109,6 +114,22 @@ class VolumeSpec(_Frozen):
             )
         return value
 
+    @model_validator(mode="after")
+    def _block_size(self) -> VolumeSpec:
+        if self.interface == "block" and self.size_gb > MAX_BLOCK_VOLUME_GB:
+            raise ValueError(f"a block volume holds at most {MAX_BLOCK_VOLUME_GB} GB "
+                             f"(got {self.size_gb}); use interface='file' for more")
+        return self
+
+
+def _volume_input(value: Any) -> Any:
+    """Accept a volume's name (``"ckpt"``) or an object with ``to_volume_spec()`` (``Volume``)
+    wherever a volume mapping or ``VolumeSpec`` is expected."""
+    if isinstance(value, str):
+        return {"name": value}
+    to_spec = getattr(value, "to_volume_spec", None)
+    return to_spec() if callable(to_spec) else value
+
 
 def check_mount_path(path: str) -> str:
     """An absolute, normalized path that is not a system directory; returns it unchanged."""
@@ -117,7 +138,7 @@ def check_mount_path(path: str) -> str:
     if ".." in path.split("/"):
         raise ValueError(f"mount path {path!r} must not contain '..'")
     normalized = posixpath.normpath(path)
-    if normalized != path.rstrip("/") or "//" in path:
+    if normalized != (path.rstrip("/") or "/") or "//" in path:
         raise ValueError(f"mount path {path!r} is not normalized; write {normalized!r}")
     if normalized in _SYSTEM_EXACT or any(
         normalized == tree or normalized.startswith(tree + "/") for tree in _SYSTEM_TREES
@@ -188,7 +209,7 @@ class TaskSpec(_Frozen):
     @classmethod
     def _volume_paths(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {check_mount_path(path): spec for path, spec in value.items()}
+            return {check_mount_path(path): _volume_input(spec) for path, spec in value.items()}
         return value
 
     @field_validator("mounts")
@@ -226,10 +247,17 @@ class TaskSpec(_Frozen):
             raise ValueError("distributed_mode='manual' runs one process per node; "
                              "drop workers_per_node or use distributed_mode='auto'")
         paths = sorted([*self.volumes, *self.mounts])
-        for outer, inner in zip(paths, paths[1:]):
-            if inner == outer or inner.startswith(outer.rstrip("/") + "/"):
-                raise ValueError(f"mount paths {outer!r} and {inner!r} overlap; "
-                                 "give each volume and mount its own directory")
+        for i, outer in enumerate(paths):  # every pair: "/a", "/a-b", "/a/b" sort apart
+            for inner in paths[i + 1:]:
+                if inner == outer or inner.startswith(outer + "/"):
+                    raise ValueError(f"mount paths {outer!r} and {inner!r} overlap; "
+                                     "give each volume and mount its own directory")
+        seen: dict[str, str] = {}
+        for path, volume in sorted(self.volumes.items()):
+            if volume.name in seen:
+                raise ValueError(f"volume {volume.name!r} is mounted at both {seen[volume.name]} "
+                                 f"and {path}; mount each volume once")
+            seen[volume.name] = path
         for path, volume in self.volumes.items():
             if volume.interface == "block" and self.num_instances > 1:
                 raise ValueError(f"volume {volume.name!r} at {path} uses interface='block', which "

@@ -1,0 +1,182 @@
+"""Named volumes of the ``local`` provider: directories under the flow data dir.
+
+Layout, under the local provider's root (``$FLOW_HOME/local`` by default)::
+
+    volumes/<name>/volume.json   name, size_gb, interface, created_at
+    volumes/<name>/data/         what tasks see at the volume's mount path
+    volumes/<name>/attach.lock   block volumes: held (flock) by the one node using it
+
+A volume is created by renaming a fully written temporary directory into place, so two
+nodes creating the same volume at once both end up with the one that won, and a reader
+never sees half a volume. Volumes outlive tasks until ``delete`` (``flow volumes delete``).
+``size_gb`` is recorded, not enforced: a local volume is a plain directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from flow_sdk.spec import VolumeSpec
+from flow_sdk.volumes.errors import VolumeError, VolumeInUseError
+
+VOLUME_FILE = "volume.json"
+DATA_DIR = "data"
+ATTACH_LOCK = "attach.lock"
+
+# Block-volume locks this process holds; the kernel releases them when the process exits.
+_held_locks: dict[str, IO[str]] = {}
+
+
+@dataclass(frozen=True)
+class LocalVolume:
+    """One local volume as recorded on disk."""
+
+    name: str
+    size_gb: int
+    interface: str
+    created_at: float
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        """The directory a task sees at the volume's mount path."""
+        return self.root / DATA_DIR
+
+
+class LocalVolumes:
+    """The volumes under one local provider root."""
+
+    def __init__(self, provider_root: Path) -> None:
+        self.root = Path(provider_root) / "volumes"
+
+    def path(self, name: str) -> Path:
+        """Where volume ``name`` lives (whether or not it exists); the name is checked."""
+        VolumeSpec(name=name)  # the safe alphabet: never a path outside self.root
+        return self.root / name
+
+    def get(self, name: str) -> LocalVolume | None:
+        """The volume ``name``, or None when there is none."""
+        folder = self.path(name)
+        try:
+            meta = json.loads((folder / VOLUME_FILE).read_text())
+        except FileNotFoundError:
+            return None
+        return LocalVolume(meta["name"], int(meta["size_gb"]), meta["interface"],
+                           float(meta["created_at"]), folder)
+
+    def list(self) -> list[LocalVolume]:
+        """Every volume, sorted by name."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for entry in sorted(self.root.iterdir()):
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            volume = self.get(entry.name)
+            if volume is not None:
+                found.append(volume)
+        return found
+
+    def ensure(self, spec: VolumeSpec) -> tuple[LocalVolume, bool]:
+        """The volume ``spec.name``, created when missing; True when this call created it.
+
+        Raises VolumeError when a volume of that name exists with another interface.
+        """
+        existing = self.get(spec.name)
+        if existing is not None:
+            return self._compatible(existing, spec), False
+        self.root.mkdir(parents=True, exist_ok=True)
+        temp = self.root / f".new-{spec.name}-{secrets.token_hex(4)}"
+        (temp / DATA_DIR).mkdir(parents=True)
+        meta = {"name": spec.name, "size_gb": spec.size_gb, "interface": spec.interface,
+                "created_at": time.time()}
+        (temp / VOLUME_FILE).write_text(json.dumps(meta, sort_keys=True))
+        try:
+            os.rename(temp, self.path(spec.name))
+        except OSError as exc:
+            shutil.rmtree(temp)
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise VolumeError(f"could not create local volume {spec.name!r} under "
+                                  f"{self.root}: {exc}") from exc
+            raced = self.get(spec.name)  # another node created it first: use that one
+            if raced is None:
+                raise VolumeError(f"{self.path(spec.name)} exists but is not a flow volume "
+                                  f"(no {VOLUME_FILE}); move it away") from exc
+            return self._compatible(raced, spec), False
+        created = self.get(spec.name)
+        assert created is not None
+        return created, True
+
+    @staticmethod
+    def _compatible(volume: LocalVolume, spec: VolumeSpec) -> LocalVolume:
+        if volume.interface != spec.interface:
+            raise VolumeError(
+                f"volume {spec.name!r} exists as a {volume.interface} volume, not "
+                f"interface={spec.interface!r}; use interface={volume.interface!r} or another "
+                "name")
+        return volume
+
+    def delete(self, name: str) -> bool:
+        """Delete the volume and everything in it; False when there was none.
+
+        Raises VolumeInUseError while a node holds a block volume.
+        """
+        volume = self.get(name)
+        if volume is None:
+            return False
+        holder = self.attached_to(name)
+        if holder is not None:
+            raise VolumeInUseError(f"block volume {name!r} is attached to a running node of "
+                                   f"task {holder}; cancel that task first")
+        doomed = self.root / f".deleting-{name}-{secrets.token_hex(4)}"
+        os.rename(volume.root, doomed)  # the name is free at once; then remove the files
+        shutil.rmtree(doomed)
+        return True
+
+    # -- block volumes: one node at a time ------------------------------------------------
+
+    def attach(self, name: str, task_id: str) -> None:
+        """Hold the block volume ``name`` for this process's lifetime (a node agent).
+
+        Raises VolumeInUseError when another process holds it.
+        """
+        path = self.path(name) / ATTACH_LOCK
+        if str(path) in _held_locks:
+            return
+        handle = open(path, "a+")  # noqa: SIM115 - held open for the process's lifetime
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another task"
+            handle.close()
+            raise VolumeInUseError(
+                f"block volume {name!r} is attached to a node of task {holder}; a block volume "
+                "attaches to one node at a time: wait for that task, or use interface='file' "
+                "for a volume several tasks share") from None
+        handle.truncate(0)
+        handle.write(task_id)
+        handle.flush()
+        _held_locks[str(path)] = handle
+
+    def attached_to(self, name: str) -> str | None:
+        """The task id holding block volume ``name``, or None when no process holds it."""
+        path = self.path(name) / ATTACH_LOCK
+        if not path.exists():
+            return None
+        with open(path) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return handle.read().strip() or "unknown"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None

@@ -1,0 +1,149 @@
+"""Helpers and fixtures for the volume tests: loopback-only sockets, a moto S3 server over
+HTTP shared by the session, fake AWS credentials in the environment (which local nodes
+inherit), and a process check by FLOW_HOME.
+
+Test modules import helpers from here, not ``from conftest import ...``: the ``conftest``
+modules of directories without ``__init__.py`` share one module name, so that import reaches
+whichever was loaded last. ``conftest.py`` here registers the fixtures for the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from moto.server import ThreadedMotoServer
+
+from flow_sdk.volumes.namespace import private_root_supported
+
+MIB = 1024 * 1024
+BIG_KEY = "big/multipart.bin"
+BIG_PARTS = (5 * MIB, 5 * MIB, 1 * MIB + 123)  # S3's minimum part size is 5 MiB
+MANY_KEYS = 1005  # more than one ListObjectsV2 page (1,000 keys)
+
+_real_connect = socket.socket.connect
+
+
+def flow_processes(home: Path) -> list[int]:
+    """PIDs of live processes (other than this one) started with ``FLOW_HOME=home``."""
+    needle = f"FLOW_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if state != "Z" and needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _loopback_only(self: socket.socket, address: Any) -> None:
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        host = str(address[0])
+        if not (host.startswith("127.") or host in ("::1", "localhost")):
+            raise AssertionError(f"test tried to reach {address}: only 127.0.0.0/8 is allowed")
+    _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket.socket, "connect", _loopback_only)
+
+
+@pytest.fixture(scope="session")
+def moto_s3_url() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def s3_client_for(url: str) -> Any:
+    return boto3.session.Session().client(
+        "s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(s3={"addressing_style": "path"}, max_pool_connections=16))
+
+
+def big_object_bytes() -> bytes:
+    """Deterministic, incompressible-looking content for the multi-part object."""
+    import hashlib
+    out = bytearray()
+    counter = 0
+    while len(out) < sum(BIG_PARTS):
+        out += hashlib.sha256(counter.to_bytes(8, "big")).digest() * 64
+        counter += 1
+    return bytes(out[:sum(BIG_PARTS)])
+
+
+@pytest.fixture(scope="session")
+def s3_data(moto_s3_url: str) -> dict[str, Any]:
+    """One bucket for the session: a multi-part object and a prefix of MANY_KEYS keys."""
+    client = s3_client_for(moto_s3_url)
+    bucket = "flow-volumes-test"
+    client.create_bucket(Bucket=bucket)
+    blob = big_object_bytes()
+    upload = client.create_multipart_upload(Bucket=bucket, Key=f"mixed/{BIG_KEY}")
+    parts, offset = [], 0
+    for number, size in enumerate(BIG_PARTS, start=1):
+        part = client.upload_part(Bucket=bucket, Key=f"mixed/{BIG_KEY}", PartNumber=number,
+                                  UploadId=upload["UploadId"], Body=blob[offset:offset + size])
+        parts.append({"PartNumber": number, "ETag": part["ETag"]})
+        offset += size
+    client.complete_multipart_upload(Bucket=bucket, Key=f"mixed/{BIG_KEY}",
+                                     UploadId=upload["UploadId"],
+                                     MultipartUpload={"Parts": parts})
+    for name in ("a.txt", "nested/deeper/b.txt"):
+        client.put_object(Bucket=bucket, Key=f"mixed/{name}", Body=f"content of {name}".encode())
+
+    def put(i: int) -> None:
+        client.put_object(Bucket=bucket, Key=f"many/part-{i:05d}.txt", Body=f"{i}\n".encode())
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(put, range(MANY_KEYS)))
+    return {"bucket": bucket, "big": blob, "client": client}
+
+
+@pytest.fixture()
+def s3_env(moto_s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Fake credentials and the moto endpoint in this process's environment (local nodes
+    inherit it); returns the endpoint URL."""
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_s3_url)
+    return moto_s3_url
+
+
+@pytest.fixture(scope="session")
+def literal_paths() -> bool:
+    """Whether local nodes here can show mount paths literally (a private mount namespace)."""
+    return private_root_supported()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from flow_sdk import payload, protocol
+from flow_sdk import payload, protocol, scripts
 from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
 from flow_sdk.protocol import BootConfig, LaunchedNode, LaunchRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
@@ -75,6 +76,30 @@ class FlowApp:
         if problems:
             raise ValidationError(problems)
         return spec
+
+    # -- scripts (flow run, submit_file, submit_directory): shares flow_sdk.scripts ----------
+
+    def submit_file(self, path: str | os.PathLike[str], *, args: Sequence[str] = (),
+                    **options: Any) -> Task:
+        """Run a Python script as a task, like ``flow run FILE.py ARGS...``: its ``__main__``
+        runs on every worker of every node with ``sys.argv = [file, *args]`` and the
+        rendezvous environment set. ``options`` are the decorator's (``gpu=``,
+        ``num_instances=``, ...). Returns the task's handle at once."""
+        return self._submit_bundle(scripts.bundle_file(path, args), options)
+
+    def submit_directory(self, directory: str | os.PathLike[str], *, entrypoint: str,
+                         args: Sequence[str] = (), **options: Any) -> Task:
+        """Ship ``directory`` (without version control, caches and virtual environments) and
+        run ``entrypoint``, a path inside it, like ``submit_file``; the script starts in the
+        directory's root, so its own modules and files are found."""
+        return self._submit_bundle(scripts.bundle_directory(directory, entrypoint, args),
+                                   options)
+
+    def _submit_bundle(self, bundle: scripts.ScriptBundle, options: dict[str, Any]) -> Task:
+        spec = self._spec_for(scripts.run_bundle, options).model_copy(
+            update={"name": bundle.name})
+        blob = payload.pack_call(scripts.run_bundle, (bundle,), {})
+        return launch_task(self.provider(spec.provider), spec, blob)
 
 
 class RemoteFunction(Generic[P, R]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections.abc import Iterator
@@ -9,8 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 from flow_sdk import payload, protocol
+from flow_sdk import ssh as _ssh
 from flow_sdk._config import flow_home
 from flow_sdk.errors import (
+    ProviderError,
     RemoteTraceback,
     TaskCancelledError,
     TaskError,
@@ -21,11 +24,14 @@ from flow_sdk.errors import (
 )
 from flow_sdk.protocol import NodeRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.base import LogRecord, Provider
+from flow_sdk.providers.base import LogRecord, Provider, SshEndpoint
+from flow_sdk.spec import TaskSpec
+from flow_sdk.ssh import SshResult
 
-LogSource = Literal["workers", "agent", "all"]
-_FOLLOW_POLL_S = 0.1
-_FOLLOW_SETTLE_S = 0.2  # lines newer than this wait one more poll so streams merge in order
+LogSource = Literal["workers", "agent", "boot", "all"]
+LOG_SOURCES: tuple[LogSource, ...] = ("workers", "agent", "boot", "all")
+_FOLLOW_POLL_S = 0.05
+_FOLLOW_STATUS_S = 0.5  # how often a follow asks whether the task ended
 
 
 def _client_record_path(task_id: str) -> Any:
@@ -51,8 +57,16 @@ def list_client_records() -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class _Line:
     record: LogRecord
-    node: int | None
-    label: str
+    label: str  # "[Node i]" + NUL + what follows the clock (" [rank r]", " [agent]", ...)
+
+
+def _ts(line: _Line) -> float:
+    return line.record.ts
+
+
+def _kind(stream: str) -> str:
+    """"node" (a worker's stream ``node-i.rank-r``), "agent" or "boot"."""
+    return "node" if stream.startswith("node-") else stream.partition(".")[0]
 
 
 class Task:
@@ -62,6 +76,8 @@ class Task:
         self.task_id = task_id
         self.provider = provider
         self._torn_down = False
+        self._slots: int | None = None
+        self._clock: tuple[int, str] = (-1, "")
 
     def __repr__(self) -> str:
         return f"Task({self.task_id!r}, provider={self.provider.name!r})"
@@ -109,11 +125,13 @@ class Task:
 
     def _nodes_vanished(self) -> TaskStatus:
         """Every node is gone and none wrote an outcome: record why, once, for every reader."""
-        tail = [line for line in self.logs(source="agent", tail=10)]
+        tail, what = self.logs(source="agent", tail=10), "agent lines"
+        if not tail:  # the agent died before it could log: its raw output says why
+            tail, what = self.logs(source="boot", tail=10), "boot output"
         message = ("every node exited without reporting an outcome (a node agent crashed or "
                    "was killed)")
         if tail:
-            message += "; last agent lines:\n  " + "\n  ".join(tail)
+            message += f"; last {what}:\n  " + "\n  ".join(tail)
         self.provider.store.put_if_absent(
             protocol.outcome_key(self.task_id),
             protocol.to_json(Outcome(TaskStatus.FAILED.value, message, time.time(),
@@ -201,32 +219,67 @@ class Task:
 
     # -- logs -------------------------------------------------------------------------------
 
-    def _streams(self, node: int | None, source: LogSource) -> dict[str, tuple[int | None, str]]:
-        """stream name -> (node, label) for the streams selected."""
-        by_instance = {n.instance_id: n for n in self.nodes()}
-        workers_per_node = {n.node: n.workers for n in by_instance.values()}
-        chosen: dict[str, tuple[int | None, str]] = {}
-        for stream in self.provider.logs.streams(self.task_id):
-            if stream.startswith("node-") and source in ("workers", "all"):
-                node_part, rank_part = stream.split(".", 1)
-                n = int(node_part.split("-")[1])
-                rank = rank_part.split("-")[1]
-                label = f"[Node {n}]"
-                extra = f" [rank {rank}]" if workers_per_node.get(n, 1) > 1 else ""
-                chosen[stream] = (n, label + "\0" + extra)
-            elif stream.startswith("agent.") and source in ("agent", "all"):
-                instance = stream.split(".", 1)[1]
-                rec = by_instance.get(instance)
-                n = rec.node if rec is not None else None
-                label = f"[Node {n}]" if n is not None else f"[{instance}]"
-                chosen[stream] = (n, label + "\0 [agent]")
-        return {s: v for s, v in chosen.items() if node is None or v[0] == node}
+    def _slots_per_node(self) -> int:
+        if self._slots is None:
+            try:
+                slots = TaskSpec.model_validate(self.record().spec).slots_per_node
+            except TaskNotFoundError:
+                return 1
+            self._slots = slots
+            return slots
+        return self._slots
 
-    @staticmethod
-    def _format(line: _Line) -> str:
+    def _node_of_instances(self) -> dict[str, int]:
+        """instance id -> node index: from the node records the agents publish, else (a node
+        that never reached the rendezvous) its place among the sorted instance ids."""
+        found = {n.instance_id: n.node for n in self.nodes()}
+        for index, instance in enumerate(self.provider.list_instances(self.task_id)):
+            found.setdefault(instance.instance_id, index)
+        return found
+
+    def _label(self, stream: str, node_of: dict[str, int] | None
+               ) -> tuple[int | None, str] | None:
+        """(node, label) of a stream, or None for a stream of no known kind."""
+        if stream.startswith("node-"):
+            node_part, _, rank_part = stream.partition(".")
+            n = int(node_part.split("-")[1])
+            rank = rank_part.split("-")[1]
+            extra = f" [rank {rank}]" if self._slots_per_node() > 1 else ""
+            return n, f"[Node {n}]\0{extra}"
+        kind, _, instance = stream.partition(".")
+        if kind not in ("agent", "boot"):
+            return None
+        index = node_of.get(instance) if node_of is not None else None
+        head = f"[Node {index}]" if index is not None else f"[{instance}]"
+        return index, f"{head}\0 [{kind}]"
+
+    def _streams(self, node: int | None, source: LogSource,
+                 known: dict[str, tuple[int | None, str]]) -> dict[str, tuple[int | None, str]]:
+        """stream name -> (node, label) for the streams selected; ``known`` caches labels
+        whose node is settled, so a follow reads the node records only for new streams."""
+        kinds = {"workers": ("node",), "agent": ("agent",), "boot": ("boot",),
+                 "all": ("node", "agent", "boot")}[source]
+        names = [s for s in self.provider.logs.streams(self.task_id) if _kind(s) in kinds]
+        node_of = None
+        if any(s not in known and not s.startswith("node-") for s in names):
+            node_of = self._node_of_instances()
+        chosen = {}
+        for stream in names:
+            entry = known.get(stream) or self._label(stream, node_of)
+            if entry is None:
+                continue
+            if entry[0] is not None:
+                known[stream] = entry
+            if node is None or entry[0] == node:
+                chosen[stream] = entry
+        return chosen
+
+    def _format(self, line: _Line) -> str:
         head, _, extra = line.label.partition("\0")
-        clock = time.strftime("%H:%M:%S", time.localtime(line.record.ts))
-        return f"{head} [{clock}]{extra} {line.record.text}"
+        second = int(line.record.ts)
+        if second != self._clock[0]:
+            self._clock = (second, time.strftime("%H:%M:%S", time.localtime(second)))
+        return f"{head} [{self._clock[1]}]{extra} {line.record.text}"
 
     @overload
     def logs(self, node: int | None = ..., tail: int | None = ..., follow: Literal[False] = ...,
@@ -239,43 +292,108 @@ class Task:
     def logs(self, node: int | None = None, tail: int | None = None, follow: bool = False,
              since: float | None = None, source: LogSource = "workers") -> list[str] | Iterator[str]:
         """Log lines labelled ``[Node i] [HH:MM:SS]`` (plus the rank when a node runs several
-        workers), merged in time order across nodes. ``since`` is an epoch time. With
-        ``follow=True`` returns an iterator that yields new lines until the task ends."""
+        workers), merged in time order across nodes. ``since`` is an epoch time.
+
+        ``source`` picks the streams: ``"workers"`` (what user code printed), ``"agent"`` (the
+        node agents' own lines), ``"boot"`` (each node's raw boot output: everything its agent
+        wrote to stdout and stderr, readable even when a node died before user code) or
+        ``"all"``. With ``follow=True`` returns an iterator that yields lines as they are
+        written until the task ends. Logs stay readable after the nodes are gone."""
+        if source not in LOG_SOURCES:
+            raise ValueError(f"source must be one of {', '.join(LOG_SOURCES)}, not {source!r}")
         if follow:
             return self._follow(node, tail, since, source)
-        lines, _ = self._read_new(node, since, source, {})
-        lines.sort(key=lambda ln: ln.record.ts)
+        lines = self._read_new(node, since, source, {}, {})
+        lines.sort(key=_ts)
         if tail is not None:
             lines = lines[-tail:] if tail > 0 else []
         return [self._format(ln) for ln in lines]
 
     def _read_new(self, node: int | None, since: float | None, source: LogSource,
-                  cursors: dict[str, int]) -> tuple[list[_Line], dict[str, int]]:
+                  cursors: dict[str, int], known: dict[str, tuple[int | None, str]]
+                  ) -> list[_Line]:
+        """Lines written since ``cursors`` (which it advances)."""
         lines: list[_Line] = []
-        for stream, (n, label) in self._streams(node, source).items():
+        for stream, (_, label) in self._streams(node, source, known).items():
             records, cursors[stream] = self.provider.logs.read(self.task_id, stream,
                                                                cursors.get(stream, 0))
-            lines.extend(_Line(r, n, label) for r in records if since is None or r.ts >= since)
-        return lines, cursors
+            lines.extend(_Line(r, label) for r in records if since is None or r.ts >= since)
+        return lines
 
     def _follow(self, node: int | None, tail: int | None, since: float | None,
                 source: LogSource) -> Iterator[str]:
+        """Yield lines as they are written, in time order across streams: a line comes out
+        once every line stamped before it must have been read, i.e. when it is older than
+        the start of the latest read by the log store's ``write_delay_s``."""
+        settle = self.provider.logs.write_delay_s
         cursors: dict[str, int] = {}
-        pending, cursors = self._read_new(node, since, source, cursors)
-        pending.sort(key=lambda ln: ln.record.ts)
+        known: dict[str, tuple[int | None, str]] = {}
+        pending = self._read_new(node, since, source, cursors, known)
+        pending.sort(key=_ts)
         if tail is not None:
             pending = pending[-tail:] if tail > 0 else []
         yield from (self._format(ln) for ln in pending)
         pending = []
+        ended = False
+        next_status = 0.0
         while True:
-            ended = self.status.is_terminal
-            new, cursors = self._read_new(node, since, source, cursors)
-            pending.extend(new)
-            pending.sort(key=lambda ln: ln.record.ts)
-            cutoff = float("inf") if ended else time.time() - _FOLLOW_SETTLE_S
-            ready = [ln for ln in pending if ln.record.ts <= cutoff]
-            pending = pending[len(ready):]
-            yield from (self._format(ln) for ln in ready)
+            if time.monotonic() >= next_status:  # asked BEFORE the read: nothing is missed
+                ended = self.status.is_terminal
+                next_status = time.monotonic() + _FOLLOW_STATUS_S
+            if ended:  # lines written just as the task ended are still on their way
+                time.sleep(settle)
+            read_at = time.time()
+            new = self._read_new(node, since, source, cursors, known)
+            if new:
+                pending.extend(new)
+                pending.sort(key=_ts)  # nearly sorted already: linear
+            cut = len(pending) if ended else bisect.bisect_right(
+                pending, read_at - settle, key=_ts)
+            yield from (self._format(ln) for ln in pending[:cut])
+            del pending[:cut]
             if ended:
                 return
             time.sleep(_FOLLOW_POLL_S)
+
+    # -- ssh --------------------------------------------------------------------------------
+
+    def _instance_of(self, node: int) -> str:
+        for record in self.nodes():
+            if record.node == node:
+                return record.instance_id
+        instances = self.provider.list_instances(self.task_id)
+        if 0 <= node < len(instances):  # before the rendezvous: ranks follow sorted ids
+            return instances[node].instance_id
+        raise _ssh.SshError(f"task {self.task_id} has {len(instances)} node(s); there is no "
+                            f"node {node}")
+
+    def ssh_endpoint(self, node: int = 0) -> SshEndpoint:
+        """Where node ``node`` answers SSH, with the host key pinned when it launched."""
+        status = self.status
+        if status.is_terminal:
+            raise _ssh.SshUnavailableError(
+                f"task {self.task_id} has ended ({status}); its nodes and their SSH servers "
+                f"are gone. Its logs remain: task.logs(node={node}) or `flow logs "
+                f"{self.task_id} --node {node}`")
+        instance_id = self._instance_of(node)
+        try:
+            return self.provider.ssh_endpoint(self.task_id, instance_id)
+        except ProviderError as exc:
+            raise _ssh.SshUnavailableError(f"node {node} of task {self.task_id}: {exc}") from exc
+
+    @overload
+    def ssh(self, node: int = ..., command: None = ..., *, timeout: float | None = ...) -> int: ...
+
+    @overload
+    def ssh(self, node: int = ..., *, command: str, timeout: float | None = ...) -> SshResult: ...
+
+    def ssh(self, node: int = 0, command: str | None = None, *, timeout: float | None = None
+            ) -> int | SshResult:
+        """SSH to node ``node``. With ``command``: run it in the node's working directory and
+        environment and return ``SshResult(exit_code, stdout, stderr)``. Without: open an
+        interactive shell on this terminal and return its exit code. The node's host key is
+        the one pinned at launch; any other is refused with ``HostKeyMismatchError``."""
+        endpoint = self.ssh_endpoint(node)
+        if command is None:
+            return _ssh.interactive_shell(endpoint)
+        return _ssh.run_command(endpoint, command, timeout=timeout)

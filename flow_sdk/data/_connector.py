@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from flow_sdk.data._errors import ColumnNotFoundError, DataSourceError, ShardingError
-from flow_sdk.data._pipeline import rebatch
+from flow_sdk.data._pipeline import read_rows_for, rebatch
 from flow_sdk.data._s3 import DEFAULT_READ_AHEAD
 from flow_sdk.data._sharding import check_rank, rank_from_env
 from flow_sdk.data._sources import ParquetSource, Source, TableSource
@@ -20,18 +20,8 @@ if TYPE_CHECKING:
     from flow_sdk.data._torch import ArrowTorchDataset
 
 DEFAULT_BATCH_ROWS = 65_536
-_MIN_READ_ROWS = 65_536
 
 _C = TypeVar("_C", bound="DataConnector")
-
-
-def read_rows_for(batch_size: int) -> int:
-    """Rows per parquet read: a multiple of ``batch_size`` of at least 65,536.
-
-    Reading in large batches keeps per-batch overhead low; being a multiple of the requested
-    size means the requested batches are zero-copy slices of what was read.
-    """
-    return batch_size * max(1, -(-_MIN_READ_ROWS // batch_size))
 
 
 class DataConnector:
@@ -57,7 +47,8 @@ class DataConnector:
         """A parquet file, a local directory of parquet files, or ``s3://bucket/prefix``.
 
         For S3 the prefix is listed once and only footers are fetched now; whole objects are
-        fetched in parallel (at most ``read_ahead`` in flight or buffered) when read.
+        fetched in parallel when read (at most ``read_ahead`` objects, and 256 MiB unless one
+        object is larger, in flight or buffered).
         ``endpoint_url`` (or the ``AWS_ENDPOINT_URL`` env var) selects an S3-compatible
         server; ``s3_client`` is an optional boto3 S3 client to use instead of a new one.
         """
@@ -152,8 +143,10 @@ class DataConnector:
     def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
         """Read everything into one Arrow table."""
         selected = self._select(columns)
-        schema = self._source.schema if selected is None else pa.schema(
-            [self._source.schema.field(name) for name in selected]
+        schema = (
+            self._source.schema
+            if selected is None
+            else pa.schema([self._source.schema.field(name) for name in selected])
         )
         batches = self._source.read(self._source.units, selected, 1 << 20)
         return pa.Table.from_batches(list(batches), schema=schema)

@@ -18,7 +18,7 @@ Every rule but the first copies, and the functions here say why (see :func:`colu
 from __future__ import annotations
 
 import logging
-from typing import Union
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,7 @@ from flow_sdk.data._errors import UnsupportedColumnError
 
 logger = logging.getLogger("flow_sdk.data")
 
-ArrowColumn = Union[pa.Array, pa.ChunkedArray]
+ArrowColumn: TypeAlias = pa.Array | pa.ChunkedArray
 
 
 def _is_numeric(dtype: pa.DataType) -> bool:
@@ -88,21 +88,26 @@ def _normalise(array: pa.Array, cast_float64: bool, reasons: list[str]) -> pa.Ar
 
 def _to_numpy(array: pa.Array, reasons: list[str], writable: bool) -> np.ndarray:
     dtype = array.type
+    result: np.ndarray
     if pa.types.is_boolean(dtype):
         reasons.append("booleans are bit-packed in Arrow; unpacked")
-        return array.to_numpy(zero_copy_only=False, writable=True)
+        result = array.to_numpy(zero_copy_only=False, writable=True)
+        return result
     if array.null_count:
         reasons.append(f"{array.null_count} null(s) filled with NaN")
-        return array.to_numpy(zero_copy_only=False, writable=True)
+        result = array.to_numpy(zero_copy_only=False, writable=True)
+        return result
     if not writable:
-        return array.to_numpy(zero_copy_only=True)
+        result = array.to_numpy(zero_copy_only=True)
+        return result
     buffer = array.buffers()[1]
     np_dtype = np.dtype(dtype.to_pandas_dtype())
     if buffer is None:
         return np.empty(0, dtype=np_dtype)
     if not buffer.is_mutable:
         reasons.append("Arrow buffer is immutable; copied to give a writable array")
-        return array.to_numpy(zero_copy_only=True).copy()
+        result = array.to_numpy(zero_copy_only=True).copy()
+        return result
     return np.frombuffer(
         buffer, dtype=np_dtype, count=len(array), offset=array.offset * np_dtype.itemsize
     )
@@ -152,7 +157,7 @@ def batch_to_numpy(
     """Convert every column of ``batch`` with :func:`convert_column`, keyed by column name."""
     return {
         name: convert_column(column, cast_float64=cast_float64, writable=writable, name=name)[0]
-        for name, column in zip(batch.schema.names, batch.columns)
+        for name, column in zip(batch.schema.names, batch.columns, strict=True)
     }
 
 

@@ -11,6 +11,17 @@ import pyarrow as pa
 
 T = TypeVar("T")
 
+MIN_READ_ROWS = 65_536
+
+
+def read_rows_for(batch_size: int) -> int:
+    """Rows per read from a source: a multiple of ``batch_size`` of at least 65,536.
+
+    Reading in large batches keeps per-batch overhead low; being a multiple of the requested
+    size means the requested batches are zero-copy slices of what was read.
+    """
+    return batch_size * max(1, -(-MIN_READ_ROWS // batch_size))
+
 
 def concat_record_batches(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     """One record batch holding ``batches`` end to end (a copy unless there is only one)."""
@@ -37,13 +48,15 @@ def rebatch_generic(
     cut: Callable[[T, int, int], T],
     join: Callable[[list[T]], T],
     drop_last: bool = False,
+    split: Callable[[T, int, int, int], Iterable[T]] | None = None,
 ) -> Iterator[T]:
     """Re-cut a stream of row chunks into chunks of exactly ``batch_size`` rows.
 
     ``length`` counts a chunk's rows, ``cut(chunk, start, stop)`` slices it and ``join``
-    concatenates pieces. Only the last batch may be shorter (or is dropped with
-    ``drop_last``). A batch inside one chunk is a slice; only batches spanning chunks are
-    joined.
+    concatenates pieces; ``split(chunk, start, count, size)``, if given, returns ``count``
+    consecutive slices of ``size`` rows from ``start`` in one go (faster than ``cut`` for
+    each). Only the last batch may be shorter (or is dropped with ``drop_last``). A batch
+    inside one chunk is a slice; only batches spanning chunks are joined.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -63,6 +76,10 @@ def rebatch_generic(
                 continue
             yield join(pending)
             pending, pending_rows = [], 0
+        full = (rows - offset) // batch_size
+        if full and split is not None:
+            yield from split(chunk, offset, full, batch_size)
+            offset += full * batch_size
         while rows - offset >= batch_size:
             yield cut(chunk, offset, offset + batch_size)
             offset += batch_size

@@ -4,8 +4,8 @@ The listing is done ONCE per reader with the ``list_objects_v2`` paginator and i
 authoritative (no per-object HEAD). Objects are then fetched through presigned GET URLs
 (credentials and signing stay with boto3) by a single :class:`httpx.Client` whose connection
 pool is shared by a small thread pool. A bounded read-ahead window keeps at most
-``read_ahead`` objects in flight or fetched-but-not-consumed, so reading never runs far ahead
-of the consumer, and objects come out in listing order.
+``read_ahead`` objects (and ``read_ahead_bytes`` of them) in flight or fetched-but-not-consumed,
+so reading never runs far ahead of the consumer, and objects come out in listing order.
 
 boto3 is optional: it is imported when a reader is created, with a clear error if missing.
 """
@@ -30,6 +30,7 @@ import httpx
 from flow_sdk.data._errors import DataSourceError, MissingDependencyError
 
 DEFAULT_READ_AHEAD = 8
+DEFAULT_READ_AHEAD_BYTES = 256 << 20
 _RETRY_STATUSES = frozenset({500, 502, 503, 504})
 _ATTEMPTS = 3
 
@@ -62,8 +63,8 @@ def make_s3_client(endpoint_url: str | None = None, *, region_name: str | None =
     then, since such servers rarely resolve bucket sub-domains.
     """
     boto3, botocore_config = _import_boto3()
-    custom = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
-        "AWS_ENDPOINT_URL"
+    custom = (
+        endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     )
     s3_options = {"addressing_style": "path"} if custom else {}
     config = botocore_config.Config(
@@ -72,9 +73,7 @@ def make_s3_client(endpoint_url: str | None = None, *, region_name: str | None =
         s3=s3_options,
     )
     session = boto3.session.Session()
-    return session.client(
-        "s3", endpoint_url=endpoint_url, region_name=region_name, config=config
-    )
+    return session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
 
 
 @dataclass(frozen=True)
@@ -87,10 +86,15 @@ class S3Object:
 
 @dataclass(frozen=True)
 class _Fetch:
-    """One GET: a whole object, or the byte range ``bytes=<range_spec>``."""
+    """One GET: a whole object, or the byte range ``bytes=<range_spec>`` of ``size`` bytes."""
 
     obj: S3Object
     range_spec: str | None = None
+    range_size: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.range_size if self.range_spec is not None else self.obj.size
 
 
 @dataclass
@@ -99,7 +103,9 @@ class S3ReadStats:
 
     ``max_outstanding`` is the most objects that were in flight or fetched-but-not-yet-consumed
     at one time, ``max_buffered`` the most that were fetched and waiting for the consumer;
-    neither ever exceeds the reader's ``read_ahead``.
+    neither ever exceeds the reader's ``read_ahead``. ``max_outstanding_bytes`` is the largest
+    listed size of the objects outstanding at one time (at most ``read_ahead_bytes``, unless a
+    single object is larger).
     """
 
     list_calls: int = 0
@@ -109,14 +115,16 @@ class S3ReadStats:
     bytes_fetched: int = 0
     max_outstanding: int = 0
     max_buffered: int = 0
+    max_outstanding_bytes: int = 0
 
 
 class S3Reader:
     """List ``s3://bucket/prefix`` once, then stream its objects as ``(key, bytes)``.
 
-    ``read_ahead`` bounds how many objects are in flight or buffered at once (and so the memory
-    held); it is also the number of fetch threads and pooled HTTP connections. Pass ``client``
-    to use your own boto3 S3 client (it is then not closed by the reader).
+    ``read_ahead`` bounds how many objects are in flight or buffered at once; it is also the
+    number of fetch threads and pooled HTTP connections. ``read_ahead_bytes`` bounds their
+    total listed size, so a few large objects do not pile up in memory (one object is always
+    allowed, whatever its size). Pass ``client`` to use your own boto3 S3 client.
     """
 
     def __init__(
@@ -125,6 +133,7 @@ class S3Reader:
         *,
         endpoint_url: str | None = None,
         read_ahead: int = DEFAULT_READ_AHEAD,
+        read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
         timeout_s: float = 60.0,
         url_expiry_s: int = 3600,
         client: Any | None = None,
@@ -133,6 +142,7 @@ class S3Reader:
             raise ValueError(f"read_ahead must be at least 1, got {read_ahead}")
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.read_ahead = read_ahead
+        self.read_ahead_bytes = read_ahead_bytes
         self.url_expiry_s = url_expiry_s
         self.client = client if client is not None else make_s3_client(endpoint_url)
         self.stats = S3ReadStats()
@@ -140,12 +150,11 @@ class S3Reader:
         self._lock = threading.Lock()
         self._http = httpx.Client(
             timeout=timeout_s,
-            limits=httpx.Limits(
-                max_connections=read_ahead, max_keepalive_connections=read_ahead
-            ),
+            limits=httpx.Limits(max_connections=read_ahead, max_keepalive_connections=read_ahead),
         )
         self._pool = ThreadPoolExecutor(max_workers=read_ahead, thread_name_prefix="flow-s3")
         self._closed = False
+        self.pid = os.getpid()
         # Release threads and sockets when the reader is dropped without close().
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._http)
 
@@ -166,6 +175,11 @@ class S3Reader:
         if self._finalizer.detach() is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._http.close()
+
+    def abandon(self) -> None:
+        """Forget this reader in a forked child without touching the parent's threads/sockets."""
+        self._closed = True
+        self._finalizer.detach()
 
     def list_objects(self) -> list[S3Object]:
         """All objects under the prefix, in listing order; listed on the first call only.
@@ -206,7 +220,9 @@ class S3Reader:
     ) -> Iterator[tuple[S3Object, bytes]]:
         """Yield the last ``num_bytes`` bytes (or fewer) of each object, in order."""
         jobs = (
-            _Fetch(obj, f"-{min(num_bytes, obj.size)}") if obj.size else _Fetch(obj)
+            _Fetch(obj, f"-{min(num_bytes, obj.size)}", min(num_bytes, obj.size))
+            if obj.size
+            else _Fetch(obj)
             for obj in objects
         )
         for job, data in self._fetch_ordered(jobs):
@@ -214,7 +230,7 @@ class S3Reader:
 
     def fetch_range(self, obj: S3Object, start: int, stop: int) -> bytes:
         """Fetch bytes ``[start, stop)`` of one object."""
-        return self._get(_Fetch(obj, f"{start}-{stop - 1}"))
+        return self._get(_Fetch(obj, f"{start}-{stop - 1}", stop - start))
 
     def _fetch_ordered(self, jobs: Iterable[_Fetch]) -> Iterator[tuple[_Fetch, bytes]]:
         if self._closed:
@@ -230,25 +246,30 @@ class S3Reader:
                 self.stats.max_buffered = max(self.stats.max_buffered, buffered[0])
 
         source = iter(jobs)
-        exhausted = False
+        waiting: _Fetch | None = next(source, None)  # the next job, not yet submitted
+        outstanding_bytes = 0
         try:
             while True:
-                while not exhausted and len(pending) < self.read_ahead:
-                    job = next(source, None)
-                    if job is None:
-                        exhausted = True
-                        break
-                    future = self._pool.submit(self._get, job)
+                while (
+                    waiting is not None
+                    and len(pending) < self.read_ahead
+                    and (not pending or outstanding_bytes + waiting.size <= self.read_ahead_bytes)
+                ):
+                    future = self._pool.submit(self._get, waiting)
                     future.add_done_callback(on_done)
-                    pending.append((job, future))
+                    pending.append((waiting, future))
+                    outstanding_bytes += waiting.size
                     with self._lock:
-                        self.stats.max_outstanding = max(
-                            self.stats.max_outstanding, len(pending)
+                        self.stats.max_outstanding = max(self.stats.max_outstanding, len(pending))
+                        self.stats.max_outstanding_bytes = max(
+                            self.stats.max_outstanding_bytes, outstanding_bytes
                         )
+                    waiting = next(source, None)
                 if not pending:
                     return
                 job, future = pending.popleft()
                 data = future.result()
+                outstanding_bytes -= job.size
                 with self._lock:
                     buffered[0] -= 1
                 yield job, data
@@ -306,11 +327,19 @@ def iter_s3_objects(
     *,
     endpoint_url: str | None = None,
     read_ahead: int = DEFAULT_READ_AHEAD,
+    read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
     client: Any | None = None,
 ) -> Iterator[tuple[str, bytes]]:
     """List ``s3://bucket/prefix`` once and yield ``(key, bytes)`` for every object, in order.
 
-    At most ``read_ahead`` objects are in flight or buffered at any time.
+    At most ``read_ahead`` objects (and ``read_ahead_bytes`` bytes, or one larger object) are
+    in flight or buffered at any time.
     """
-    with S3Reader(uri, endpoint_url=endpoint_url, read_ahead=read_ahead, client=client) as r:
-        yield from r.iter_objects()
+    with S3Reader(
+        uri,
+        endpoint_url=endpoint_url,
+        read_ahead=read_ahead,
+        read_ahead_bytes=read_ahead_bytes,
+        client=client,
+    ) as reader:
+        yield from reader.iter_objects()

@@ -7,6 +7,7 @@ shuffling and DataLoader-worker splitting all work on units.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import struct
@@ -14,10 +15,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -25,11 +25,21 @@ from flow_sdk.data._errors import DataSourceError, SchemaMismatchError
 from flow_sdk.data._s3 import DEFAULT_READ_AHEAD, S3Object, S3Reader
 from flow_sdk.data._sharding import assign_row_groups, even_row_ranges
 
+if TYPE_CHECKING:
+    import pyarrow.dataset as pds
+
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 TABLE_UNIT_ROWS = 65_536
 _FOOTER_TAIL_BYTES = 64 * 1024
 _BATCH_READAHEAD = 4
-_FORMAT = pds.ParquetFileFormat()
+
+
+@functools.cache
+def _parquet_format() -> pds.ParquetFileFormat:
+    # pyarrow.dataset imports pandas (~0.3 s), so it is loaded on first read only.
+    import pyarrow.dataset as pds
+
+    return pds.ParquetFileFormat()
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,7 @@ class TableSource(Source):
             if unit.index != expected:
                 return False
             expected += unit.num_rows
-        return expected == self.table.num_rows
+        return expected == int(self.table.num_rows)
 
     def describe(self) -> str:
         return f"in-memory table ({self.num_rows} rows)"
@@ -149,8 +159,9 @@ def _row_groups(metadata: pq.FileMetaData) -> tuple[int, ...]:
 
 def _check_schemas(files: Sequence[ParquetFileInfo], schemas: Sequence[pa.Schema]) -> pa.Schema:
     first = schemas[0]
-    for info, schema in zip(files[1:], schemas[1:]):
-        if not schema.equals(first, check_metadata=False):
+    for info, schema in zip(files[1:], schemas[1:], strict=True):
+        same: bool = schema.equals(first, check_metadata=False)
+        if not same:
             raise SchemaMismatchError(
                 f"{info.location} has schema {schema.to_string(show_schema_metadata=False)!r} "
                 f"but {files[0].location} has {first.to_string(show_schema_metadata=False)!r}; "
@@ -264,6 +275,11 @@ class ParquetSource(Source):
         return result
 
     def _s3_reader(self) -> S3Reader:
+        if self._reader is not None and self._reader.pid != os.getpid():
+            # A forked process (e.g. a DataLoader worker) inherits the parent's reader, but not
+            # its fetch threads; its sockets are the parent's. Start a fresh one here.
+            self._reader.abandon()
+            self._reader = None
         if self._reader is None:
             if self.s3_uri is None:
                 raise DataSourceError("this parquet source is not on S3")
@@ -295,19 +311,17 @@ class ParquetSource(Source):
             for part, row_groups in groups:
                 location = self.files[part].location
                 try:
-                    fragment = _FORMAT.make_fragment(location, filesystem=local)
+                    fragment = _parquet_format().make_fragment(location, filesystem=local)
                 except (OSError, pa.ArrowException) as exc:
                     raise DataSourceError(f"could not open {location}: {exc}") from exc
                 yield from _scan_row_groups(fragment, location, row_groups, projection, batch_rows)
             return
         reader = self._s3_reader()
-        objects = [
-            S3Object(self.files[part].location, self.files[part].size) for part, _ in groups
-        ]
-        for (_, row_groups), (key, data) in zip(groups, reader.iter_objects(objects)):
+        objects = [S3Object(self.files[part].location, self.files[part].size) for part, _ in groups]
+        for (_, row_groups), (key, data) in zip(groups, reader.iter_objects(objects), strict=True):
             where = f"s3://{reader.bucket}/{key}"
             try:
-                fragment = _FORMAT.make_fragment(pa.BufferReader(pa.py_buffer(data)))
+                fragment = _parquet_format().make_fragment(pa.BufferReader(pa.py_buffer(data)))
             except pa.ArrowException as exc:
                 raise DataSourceError(f"{where} is not valid parquet: {exc}") from exc
             yield from _scan_row_groups(fragment, where, row_groups, projection, batch_rows)
@@ -329,10 +343,26 @@ class ParquetSource(Source):
         return self.subset([self.units[i] for i in assignment[rank]])
 
     def describe(self) -> str:
-        where = self.s3_uri if self.s3_uri is not None else (
-            self.files[0].location if len(self.files) == 1 else f"{len(self.files)} files"
+        where = (
+            self.s3_uri
+            if self.s3_uri is not None
+            else (self.files[0].location if len(self.files) == 1 else f"{len(self.files)} files")
         )
         return f"parquet {where} ({self.num_rows} rows in {len(self.units)} row groups)"
+
+
+@functools.cache
+def _scan_options() -> pds.ParquetFragmentScanOptions:
+    """Stream column chunks through 1 MiB buffers instead of pre-buffering a whole row group.
+
+    Pre-buffering helps high-latency filesystems; here files are local or already in memory,
+    and streaming saves about one compressed row group of memory per reader.
+    """
+    import pyarrow.dataset as pds
+
+    return pds.ParquetFragmentScanOptions(
+        use_buffered_stream=True, buffer_size=1 << 20, pre_buffer=False
+    )
 
 
 def _projection(
@@ -341,6 +371,8 @@ def _projection(
     """Columns to scan; with ``cast_float64`` float64 and decimal become float32 in the scan."""
     if not cast_float64:
         return columns
+    import pyarrow.dataset as pds
+
     names = schema.names if columns is None else columns
     projection: dict[str, pds.Expression] = {}
     for name in names:
@@ -361,9 +393,9 @@ def _scan_row_groups(
 ) -> Iterator[pa.RecordBatch]:
     """Scan row groups one at a time, in the given order.
 
-    One row group per scan keeps memory to about one row group's compressed bytes plus a few
-    decoded batches (a multi-row-group scan pre-buffers all of them). Arrow decodes columns
-    and evaluates the projection (the float32 cast) on its own threads.
+    One row group per scan, streamed through small buffers, keeps memory to a few decoded
+    batches (``ParquetFile.iter_batches`` over a whole file pre-buffers far more). Arrow
+    decodes columns and evaluates the projection (the float32 cast) on its own threads.
     """
     try:
         for row_group in row_groups:
@@ -371,6 +403,7 @@ def _scan_row_groups(
                 columns=projection,
                 batch_size=batch_rows,
                 batch_readahead=_BATCH_READAHEAD,
+                fragment_scan_options=_scan_options(),
                 use_threads=True,
             )
     except (OSError, pa.ArrowException) as exc:

@@ -17,7 +17,7 @@ import numpy as np
 from flow_sdk.data._convert import batch_to_numpy, check_numeric_schema
 from flow_sdk.data._errors import MissingDependencyError
 from flow_sdk.data._pipeline import prefetch as run_prefetched
-from flow_sdk.data._pipeline import rebatch_generic
+from flow_sdk.data._pipeline import read_rows_for, rebatch_generic
 from flow_sdk.data._sharding import assign_row_groups
 from flow_sdk.data._sources import Source, Unit
 
@@ -26,7 +26,26 @@ if TYPE_CHECKING:
     import torch
 
     TensorDict = dict[str, torch.Tensor]
-    ArrowTorchDataset = torch.utils.data.IterableDataset[dict[str, torch.Tensor]]
+
+    class ArrowTorchDataset(torch.utils.data.IterableDataset[dict[str, torch.Tensor]]):
+        """What type checkers see of the class that :func:`dataset_class` builds at run time."""
+
+        source: Source
+        batch_size: int
+        shuffle: bool
+        seed: int
+        epoch: int
+        columns: list[str]
+        cast_float64: bool
+        drop_last: bool
+        shuffle_buffer_rows: int
+        prefetch: int
+        num_rows: int
+
+        def set_epoch(self, epoch: int) -> None: ...
+        def unit_order(self, worker_id: int = 0, num_workers: int = 1) -> list[Unit]: ...
+        def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
+
 
 DEFAULT_SHUFFLE_BUFFER_ROWS = 262_144
 
@@ -72,7 +91,7 @@ def _tensor_rows(chunk: TensorDict) -> int:
     return int(next(iter(chunk.values())).shape[0]) if chunk else 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dataset_class() -> type:
     """Build (once) and return the ``ArrowTorchDataset`` class."""
     torch = _require_torch()
@@ -81,12 +100,17 @@ def dataset_class() -> type:
     def cut(chunk: TensorDict, start: int, stop: int) -> TensorDict:
         return {name: tensor[start:stop] for name, tensor in chunk.items()}
 
+    def split(chunk: TensorDict, start: int, count: int, size: int) -> Iterator[TensorDict]:
+        names = list(chunk)
+        columns = [torch.split(chunk[name][start : start + count * size], size) for name in names]
+        return (dict(zip(names, pieces, strict=True)) for pieces in zip(*columns, strict=True))
+
     def join(pieces: list[TensorDict]) -> TensorDict:
         if len(pieces) == 1:
             return pieces[0]
         return {name: torch.cat([p[name] for p in pieces]) for name in pieces[0]}
 
-    class _ArrowTorchDataset(IterableDataset):  # type: ignore[misc,type-arg]
+    class _ArrowTorchDataset(IterableDataset):  # type: ignore[type-arg]
         __doc__ = _DATASET_DOC
 
         def __init__(
@@ -161,8 +185,6 @@ def dataset_class() -> type:
             return {name: torch.from_numpy(array) for name, array in arrays.items()}
 
         def _batches(self, units: Sequence[Unit], worker_id: int) -> Iterator[TensorDict]:
-            from flow_sdk.data._connector import read_rows_for
-
             read_rows = read_rows_for(self.batch_size)
             chunks: Iterator[TensorDict] = (
                 self._to_tensors(batch)
@@ -180,6 +202,7 @@ def dataset_class() -> type:
                 cut=cut,
                 join=join,
                 drop_last=self.drop_last,
+                split=split,
             )
 
         def _shuffled(
@@ -217,4 +240,3 @@ def __getattr__(name: str) -> Any:
     if name == "ArrowTorchDataset":
         return dataset_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-

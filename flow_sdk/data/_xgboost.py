@@ -61,7 +61,7 @@ def batch_to_matrix(
     return matrix, label
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def data_iter_class() -> type:
     """Build (once) and return the ``ArrowDataIter`` class (a ``xgboost.DataIter``)."""
     xgb = _require_xgboost()
@@ -207,7 +207,7 @@ def build_quantile_dmatrix(
             base = os.fspath(cache_dir)
             os.makedirs(base, exist_ok=True)
         cache_prefix = os.path.join(base, f"flow-{uuid.uuid4().hex[:12]}")
-    iterator = make_data_iter(
+    iterator: Any = make_data_iter(
         connector,
         input_cols,
         label_col,
@@ -215,6 +215,7 @@ def build_quantile_dmatrix(
         weight_col=weight_col,
         cache_prefix=cache_prefix,
     )
+    matrix: xgboost.DMatrix
     try:
         if external_memory:
             matrix = xgb.ExtMemQuantileDMatrix(iterator, max_bin=max_bin, ref=ref, nthread=nthread)
@@ -227,6 +228,8 @@ def build_quantile_dmatrix(
     finally:
         iterator.close()
         del iterator
+    # Hand the freed read buffers back to the OS instead of keeping them in Arrow's pool.
+    pa.default_memory_pool().release_unused()
     if temp_dir is not None:
         # xgboost deletes its cache files when the matrix is freed (its __del__ runs before
         # weakref callbacks); then the emptied directory goes. Not at interpreter exit, where

@@ -79,6 +79,13 @@ class LaunchPlan:
         return self.cost_per_hour * self.max_run_time_hours
 
 
+def boot_stream(instance_id: str) -> str:
+    """The log stream of a node's raw boot output: everything its bootstrap and agent wrote to
+    stdout and stderr, one record per line, so a node that never reached user code can be
+    debugged with ``task.logs(source="boot")``."""
+    return f"boot.{instance_id}"
+
+
 @dataclass(frozen=True)
 class LogRecord:
     ts: float  # seconds since the epoch, taken on the node when the line was read
@@ -124,6 +131,11 @@ class LogStore(abc.ABC):
 
     Readers page with an opaque integer cursor so ``follow`` never re-reads a line.
     """
+
+    # The longest a line may take, after the time stamped on it, to become readable. A
+    # ``follow`` holds each line back this long so that streams merge in time order; stores
+    # that batch their uploads (CloudWatch Logs) set it to their flush interval.
+    write_delay_s: ClassVar[float] = 0.2
 
     @abc.abstractmethod
     def writer(self, task_id: str, stream: str) -> LogWriter: ...
@@ -195,3 +207,14 @@ class Provider(abc.ABC):
     def rendezvous_ports(self) -> tuple[int, int]:
         """(agent store port, MASTER_PORT) for a new task. Cloud nodes own their ports."""
         return 29400, 29500
+
+    def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
+        """How to reach one node of the task over SSH, with its host key pinned at launch.
+
+        The default reads ``Instance.ssh`` from ``list_instances``. Raises ProviderError saying
+        why when the node has no SSH endpoint."""
+        for instance in self.list_instances(task_id):
+            if instance.instance_id == instance_id and instance.ssh is not None:
+                return instance.ssh
+        raise ProviderError(f"the {self.name} provider reports no SSH endpoint for node "
+                            f"{instance_id} of task {task_id}")

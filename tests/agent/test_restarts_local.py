@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flow_testing import processes_with_env, wait_until
-from flow_sdk import FlowApp, TaskFailedError, TaskStatus
+from flow_sdk import FlowApp, TaskStatus
 from flow_sdk.providers.local import LocalProvider
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,6 @@ from __future__ import annotations
 import socket
 import threading
 
-import pytest
 
 from flow_sdk.errors import RendezvousError
 from flow_sdk.rendezvous import assign_ranks

@@ -9,10 +9,10 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-_GENERAL = {"mode": "standard", "max_attempts": 6}
+_GENERAL: Any = {"mode": "standard", "max_attempts": 6}
 # run_instances gets no botocore retries: the launcher retries transient errors itself with
 # the same ClientToken and treats capacity errors (HTTP 500 on AWS) as "try the next offer".
-_LAUNCH = {"mode": "standard", "total_max_attempts": 1}
+_LAUNCH: Any = {"mode": "standard", "total_max_attempts": 1}
 
 
 def error_code(exc: ClientError) -> str:
@@ -43,10 +43,11 @@ class Clients:
         with self._lock:
             client = self._cache.get(key)
             if client is None:
-                config = Config(retries=_LAUNCH if launch else _GENERAL,  # type: ignore[arg-type]
+                config = Config(retries=_LAUNCH if launch else _GENERAL,
                                 connect_timeout=10, read_timeout=60, max_pool_connections=32,
                                 s3={"addressing_style": "path"} if self.endpoint_url else None)
-                client = self.session.client(service, region_name=region,
-                                             endpoint_url=self.endpoint_url, config=config)
+                session: Any = self.session  # service names are plain strings here
+                client = session.client(service, region_name=region,
+                                        endpoint_url=self.endpoint_url, config=config)
                 self._cache[key] = client
             return client

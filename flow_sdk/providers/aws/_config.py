@@ -24,10 +24,14 @@ DLAMI_PARAMETER = ("/aws/service/deeplearning/ami/x86_64/"
 DEFAULT_AGENT_PIP = f"flow-sdk[aws,torch]=={__version__}"
 DEFAULT_PREFIX = "flow/"
 DEFAULT_LOG_GROUP_PREFIX = "/flow/"
+IMDS_ENDPOINT = "http://169.254.169.254"  # the instance metadata service, IMDSv2 only
+# The broadest SSH source a task's security group may admit ("the caller", never the internet).
+MIN_SSH_PREFIX = {4: 16, 6: 48}
 
 _REGION_RE = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d+$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SECRET_WORDS = ("secret", "password", "credential", "access_key", "session_token", "token")
+_IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
 
 
 def reject_credentials(config: Mapping[str, Any], where: str = "provider_config") -> None:
@@ -74,6 +78,10 @@ class AwsConfig:
     log_group_prefix: str = DEFAULT_LOG_GROUP_PREFIX
     log_retention_days: int = 30
     max_launch_attempts: int = 32
+    # Where a node reads its instance metadata (spot interruption notices). None: the real
+    # IMDS on EC2; in the simulated cloud, no metadata service unless one is set. A
+    # "{instance_id}" in it is replaced by the asking node's id (one host plays many nodes).
+    imds_endpoint: str | None = None
     simulate: SimulateConfig | None = None
     launch: NodeLaunch | None = None  # set on nodes only
 
@@ -115,6 +123,10 @@ class AwsConfig:
         attempts = int(config.get("max_launch_attempts", 32))
         if attempts < 1:
             raise ProviderError("provider_config.max_launch_attempts must be at least 1")
+        imds = config.get("imds_endpoint")
+        if imds is not None and (not isinstance(imds, str) or not _IMDS_RE.match(imds)):
+            raise ProviderError(f"provider_config.imds_endpoint {imds!r} must be an http:// URL "
+                                f"such as {IMDS_ENDPOINT!r} (the instance metadata service)")
         simulate = config.get("simulate")
         launch = config.get("launch")
         return cls(
@@ -124,7 +136,7 @@ class AwsConfig:
             ami_ssm_parameter=config.get("ami_ssm_parameter") or DLAMI_PARAMETER,
             agent_pip=config.get("agent_pip") or DEFAULT_AGENT_PIP,
             log_group_prefix=config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX,
-            log_retention_days=retention, max_launch_attempts=attempts,
+            log_retention_days=retention, max_launch_attempts=attempts, imds_endpoint=imds,
             simulate=_simulate(simulate) if simulate is not None else None,
             launch=NodeLaunch(**launch) if launch is not None else None,
         )
@@ -139,6 +151,7 @@ class AwsConfig:
             "log_group_prefix": self.log_group_prefix,
             "log_retention_days": self.log_retention_days,
             "max_launch_attempts": self.max_launch_attempts,
+            "imds_endpoint": self.imds_endpoint,
         }
         if self.simulate is not None:
             data["simulate"] = {"root": self.simulate.root}
@@ -166,13 +179,18 @@ def _simulate(value: Any) -> SimulateConfig:
 
 
 def check_ssh_cidr(value: str) -> str:
-    """The CIDR SSH is allowed from; never the whole internet."""
+    """The CIDR SSH is allowed from: the caller's address or network, never the internet
+    (nothing broader than /16 for IPv4 or /48 for IPv6)."""
     try:
         network = ipaddress.ip_network(value, strict=False)
-    except ValueError:
+    except (TypeError, ValueError):
         raise ProviderError(f"provider_config.ssh_cidr {value!r} is not a CIDR such as "
                             "'203.0.113.7/32'") from None
-    if network.prefixlen == 0:
-        raise ProviderError(f"provider_config.ssh_cidr {value!r} would open SSH to the whole "
-                            "internet; give your own address, e.g. '203.0.113.7/32'")
+    broadest = MIN_SSH_PREFIX[network.version]
+    if network.prefixlen < broadest:
+        whole = " to the whole internet" if network.prefixlen == 0 else (
+            f" to {network.num_addresses:,} addresses")
+        raise ProviderError(f"provider_config.ssh_cidr {value!r} would open SSH{whole}; give "
+                            f"your own address or network (at most a /{broadest}), e.g. "
+                            "'203.0.113.7/32'")
     return str(network)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -188,6 +188,10 @@ class CloudWatchLogWriter(LogWriter):
 
 
 class CloudWatchLogStore(LogStore):
+    # A line waits up to one flush interval in its writer's buffer, then one PutLogEvents
+    # round trip before CloudWatch serves it.
+    write_delay_s: ClassVar[float] = FLUSH_INTERVAL_S + 0.3
+
     def __init__(self, client: Callable[[], Any], group_prefix: str,
                  retention_days: int | None) -> None:
         self._client = client

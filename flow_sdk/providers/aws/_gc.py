@@ -72,7 +72,7 @@ def task_verdict(provider: AwsProvider, task_id: str, now: float) -> str | None:
 
 
 def _live_instances(ec2: Any) -> list[dict[str, Any]]:
-    found = []
+    found: list[dict[str, Any]] = []
     for page in ec2.get_paginator("describe_instances").paginate(
             Filters=[{"Name": "tag-key", "Values": [TAG_TASK]},
                      {"Name": "instance-state-name",

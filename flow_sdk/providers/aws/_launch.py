@@ -7,6 +7,11 @@ tried in name order. Each try is ONE ``run_instances`` with MinCount (``min_inst
 zone / offer; a quota error skips the rest of that region for the offer; anything else stops
 the launch. Whatever a failed try started is terminated (found by its task + attempt tags)
 before the next one, and the final error lists every attempt.
+
+Replacement nodes (``AwsProvider.add_instances``, after a node loss under ``max_restarts``) go
+through the same request and rollback, with exactly ``count`` instances, the gang's attempt tag
+(so the running nodes discover them) and a replacement tag of their own: a failed try rolls
+back only what it started, never the running gang.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnError
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ConnectionError as BotoConnError
 
 from flow_sdk.catalog.offers import Offer
 from flow_sdk.errors import ProviderError
@@ -26,6 +32,8 @@ from flow_sdk.providers.aws._resources import (
     NODE_ROLE,
     TAG_ATTEMPT,
     TAG_MARKET,
+    TAG_PRICE,
+    TAG_REPLACEMENT,
     TAG_ROLE,
     TAG_TASK,
     RegionContext,
@@ -50,7 +58,7 @@ TRANSIENT_RETRIES = 4
 ROOT_VOLUME_GB = 200
 
 
-def client_token(task_id: str, attempt: int) -> str:
+def client_token(task_id: str, attempt: int | str) -> str:
     """Idempotency token of one launch attempt (<= 64 ASCII characters)."""
     return "flow-" + hashlib.sha256(f"{task_id}/{attempt}".encode()).hexdigest()[:40]
 
@@ -76,7 +84,7 @@ def network_interfaces(subnet_id: str, security_group: str, efa_cards: int
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class AttemptPlan:
     """Everything one attempt's request is built from."""
 
     task_id: str
@@ -87,29 +95,39 @@ class LaunchPlan:
     security_group: str
     ami_id: str
     root_device: str
-    key_name: str
-    instance_profile: str
+    key_name: str | None  # None: no key pair (a replacement of a gang launched without one)
+    instance_profile: str  # a profile name, or its ARN (what describe_instances reports)
     user_data: str
     attempt: int
     store_tag: str
     efa: bool
     placement_group: str | None
+    count: int | None = None  # replacements: exactly this many; None: the spec's gang
+    replacement: str | None = None  # the replacement try's id (its tag and client token)
+
+    @property
+    def token_key(self) -> str:
+        return (str(self.attempt) if self.replacement is None
+                else f"{self.attempt}/replacement/{self.replacement}")
 
 
-def run_instances_request(plan: LaunchPlan) -> dict[str, Any]:
+def run_instances_request(plan: AttemptPlan) -> dict[str, Any]:
     """The keyword arguments of the attempt's one ``run_instances`` call."""
     spec = plan.spec
-    instance_tags = tags(plan.task_id, plan.store_tag, **{
-        TAG_ROLE: NODE_ROLE, TAG_ATTEMPT: str(plan.attempt), TAG_MARKET: plan.offer.market})
+    extra = {TAG_ROLE: NODE_ROLE, TAG_ATTEMPT: str(plan.attempt), TAG_MARKET: plan.offer.market,
+             TAG_PRICE: f"{plan.offer.usd_per_hour:.4f}"}
+    if plan.replacement is not None:
+        extra[TAG_REPLACEMENT] = plan.replacement
+    instance_tags = tags(plan.task_id, plan.store_tag, **extra)
+    profile_key = "Arn" if plan.instance_profile.startswith("arn:") else "Name"
     request: dict[str, Any] = {
         "ImageId": plan.ami_id,
         "InstanceType": plan.offer.instance_type,
-        "MinCount": spec.min_instances or spec.num_instances,
-        "MaxCount": spec.num_instances,
-        "ClientToken": client_token(plan.task_id, plan.attempt),
-        "KeyName": plan.key_name,
+        "MinCount": plan.count or spec.min_instances or spec.num_instances,
+        "MaxCount": plan.count or spec.num_instances,
+        "ClientToken": client_token(plan.task_id, plan.token_key),
         "UserData": plan.user_data,
-        "IamInstanceProfile": {"Name": plan.instance_profile},
+        "IamInstanceProfile": {profile_key: plan.instance_profile},
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled",
                             "HttpPutResponseHopLimit": 2},  # 2: reachable from a container
         "InstanceInitiatedShutdownBehavior": "terminate",
@@ -121,6 +139,8 @@ def run_instances_request(plan: LaunchPlan) -> dict[str, Any]:
             {"ResourceType": "volume", "Tags": tags(plan.task_id, plan.store_tag)},
         ],
     }
+    if plan.key_name is not None:
+        request["KeyName"] = plan.key_name
     if plan.placement_group is not None:
         request["Placement"]["GroupName"] = plan.placement_group
     if plan.efa:
@@ -166,13 +186,24 @@ def _alive(instance: dict[str, Any]) -> bool:
     return instance.get("State", {}).get("Name") not in ("shutting-down", "terminated")
 
 
-def terminate_tagged(ec2: Any, task_id: str, attempt: int | None = None) -> list[str]:
-    """Terminate every non-terminated instance of the task (of one attempt, when given)."""
+ALIVE_STATES = ["pending", "running", "stopping", "stopped"]
+
+
+def terminate_tagged(ec2: Any, task_id: str, attempt: int | None = None,
+                     replacement: str | None = None, instance_ids: list[str] | None = None
+                     ) -> list[str]:
+    """Terminate every non-terminated instance of the task; of one attempt, of one replacement
+    try, or among ``instance_ids`` only, when given. Returns the ids it terminated."""
     filters = [{"Name": f"tag:{TAG_TASK}", "Values": [task_id]},
-               {"Name": "instance-state-name",
-                "Values": ["pending", "running", "stopping", "stopped"]}]
+               {"Name": "instance-state-name", "Values": ALIVE_STATES}]
     if attempt is not None:
         filters.append({"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(attempt)]})
+    if replacement is not None:
+        filters.append({"Name": f"tag:{TAG_REPLACEMENT}", "Values": [replacement]})
+    if instance_ids is not None:
+        if not instance_ids:
+            return []
+        filters.append({"Name": "instance-id", "Values": list(instance_ids)})
     ids: list[str] = []
     for page in ec2.get_paginator("describe_instances").paginate(
             Filters=filters, PaginationConfig={"PageSize": 1000}):
@@ -190,7 +221,7 @@ class GangLauncher:
     def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
         self._sleep = sleep
 
-    def try_launch(self, ctx: RegionContext, plan: LaunchPlan, profile_is_new: bool
+    def try_launch(self, ctx: RegionContext, plan: AttemptPlan, profile_is_new: bool
                    ) -> list[dict[str, Any]]:
         """The gang's instances, or AttemptFailed after rolling the attempt back."""
         request = run_instances_request(plan)
@@ -232,11 +263,11 @@ class GangLauncher:
         if len(instances) < required:
             self._rollback(ctx, plan)
             raise AttemptFailed("PartialGang", f"got {len(instances)} of the {required} "
-                                "instances the gang needs; terminated them")
+                                "instances asked for; terminated them")
         return instances
 
-    def _rollback(self, ctx: RegionContext, plan: LaunchPlan) -> None:
-        terminate_tagged(ctx.ec2, plan.task_id, plan.attempt)
+    def _rollback(self, ctx: RegionContext, plan: AttemptPlan) -> None:
+        terminate_tagged(ctx.ec2, plan.task_id, plan.attempt, plan.replacement)
 
 
 def format_attempts(attempts: list[Attempt]) -> str:

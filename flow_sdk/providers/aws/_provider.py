@@ -32,13 +32,14 @@ from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
 from flow_sdk.providers.aws._launch import (
     Attempt,
     AttemptFailed,
+    AttemptPlan,
     GangLauncher,
-    LaunchPlan,
     format_attempts,
     terminate_tagged,
 )
 from flow_sdk.providers.aws._resources import (
     TAG_ATTEMPT,
+    TAG_PRICE,
     TAG_TASK,
     Cleanup,
     RegionContext,
@@ -50,8 +51,15 @@ from flow_sdk.providers.aws._resources import (
 )
 from flow_sdk.providers.aws._s3store import S3ObjectStore
 from flow_sdk.providers.aws._simulate import SimulatedNodes, free_ports, simulated_address
-from flow_sdk.providers.base import Instance, InstanceState, LaunchRequest, LogStore, ObjectStore
-from flow_sdk.providers.base import Provider
+from flow_sdk.providers.base import (
+    Instance,
+    InstanceState,
+    LaunchPlan,
+    LaunchRequest,
+    LogStore,
+    ObjectStore,
+    Provider,
+)
 from flow_sdk.spec import TaskSpec
 
 _STATES: dict[str, InstanceState] = {"pending": "pending", "running": "running"}
@@ -167,6 +175,18 @@ class AwsProvider(Provider):
                 "'nvcr.io/nvidia/pytorch:24.05-py3'"))
         return problems
 
+    def plan(self, spec: TaskSpec) -> LaunchPlan:
+        """The offer ``launch`` tries first (its first zone is chosen at launch), and how many
+        more the failover would try."""
+        try:
+            offers = self._plan(spec)
+        except (OfferNotFoundError, UnknownRegionError, CatalogError) as exc:
+            raise ProviderError(f"no AWS offer for this task: {exc}") from exc
+        first = offers[0]
+        return LaunchPlan(self.name, first.instance_type, first.region, first.market,
+                          first.usd_per_hour, spec.num_instances, spec.max_run_time_hours,
+                          alternatives=len(offers) - 1)
+
     def rendezvous_ports(self) -> tuple[int, int]:
         if self.simulation is not None:
             return free_ports()  # simulated nodes share this machine's port space
@@ -226,7 +246,7 @@ class AwsProvider(Provider):
                     if note:
                         warnings.warn(f"task {task_id} launched in {offer.region};{note}",
                                       stacklevel=2)
-                    return self._started(request, ctx, plan, instances)
+                    return self._started(request, ctx, instances)
         except (ClientError, BotoCoreError) as exc:
             note = self._abort(task_id, contexts)
             raise ProviderError(f"launch of task {task_id} failed: {exc}{note}") from exc
@@ -242,12 +262,13 @@ class AwsProvider(Provider):
         raise CapacityError(
             f"could not launch {spec.num_instances} node(s) for task {task_id}: all "
             f"{len(attempts)} attempt(s) failed{capped}:\n{format_attempts(attempts)}\n"
-            "Nothing was left running. Capacity comes and goes: retry later, allow more "
-            "regions (provider_config regions, or leave region unset), use priority='med' to "
-            f"allow both spot and on-demand, or raise max_price_per_hour.{note}")
+            f"{note.strip() or 'Nothing was left running.'} Capacity comes and goes: retry "
+            "later, allow more regions (provider_config regions=['us-east-1', 'us-west-2', "
+            "...], and leave the task's region unset), use priority='med' to allow both spot "
+            "and on-demand, or raise max_price_per_hour.")
 
     def _attempt_plan(self, ctx: RegionContext, request: LaunchRequest, offer: Offer, zone: str,
-                      number: int, efa: bool, profile: str, ssh_cidr: str) -> LaunchPlan:
+                      number: int, efa: bool, profile: str, ssh_cidr: str) -> AttemptPlan:
         spec = request.spec
         node_config = self.cfg.for_node(request.task_id, offer.region, number).to_dict()
         node_config["bucket"] = self.bucket_name()
@@ -256,7 +277,7 @@ class AwsProvider(Provider):
             boot_json, self.cfg.agent_pip, spec.image, spec.gpu is not None,
             spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
             spec.max_run_time_hours)
-        return LaunchPlan(
+        return AttemptPlan(
             task_id=request.task_id, spec=spec, offer=offer, zone=zone,
             subnet_id=ctx.subnets()[zone], security_group=ctx.security_group(ssh_cidr),
             ami_id=ctx.ami_id(), root_device=ctx.root_device(),
@@ -264,7 +285,7 @@ class AwsProvider(Provider):
             user_data=user_data, attempt=number, store_tag=self.store_tag, efa=efa,
             placement_group=ctx.placement_group() if efa else None)
 
-    def _started(self, request: LaunchRequest, ctx: RegionContext, plan: LaunchPlan,
+    def _started(self, request: LaunchRequest, ctx: RegionContext,
                  instances: list[dict[str, Any]]) -> list[Instance]:
         started = sorted((self._instance(request.task_id, i) for i in instances),
                          key=lambda i: i.instance_id)
@@ -327,8 +348,13 @@ class AwsProvider(Provider):
         if self.simulation is not None and address:
             address = simulated_address(address)
         state = _STATES.get(raw.get("State", {}).get("Name", ""), "terminated")
-        return Instance(str(raw["InstanceId"]), task_id, address, state,
-                        raw["LaunchTime"].timestamp())
+        price = tag_value(raw, TAG_PRICE)
+        return Instance(
+            str(raw["InstanceId"]), task_id, address, state, raw["LaunchTime"].timestamp(),
+            usd_per_hour=float(price) if price else 0.0,
+            market="spot" if raw.get("InstanceLifecycle") == "spot" else "on-demand",
+            instance_type=str(raw.get("InstanceType", "")),
+            zone=raw.get("Placement", {}).get("AvailabilityZone"))
 
     def _describe_raw(self, task_id: str) -> list[dict[str, Any]]:
         """Every instance of the task: ONE paged describe_instances by task tag per region."""
@@ -336,7 +362,7 @@ class AwsProvider(Provider):
         launch = self.cfg.launch
         if launch is not None and launch.task_id == task_id:  # a node sees its own gang only
             filters.append({"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(launch.attempt)]})
-        found = []
+        found: list[dict[str, Any]] = []
         for region in self._regions_for(task_id):
             ec2 = self.clients.get("ec2", region)
             try:

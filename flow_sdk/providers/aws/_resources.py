@@ -30,6 +30,7 @@ TAG_ROLE = "flow:role"
 TAG_ATTEMPT = "flow:attempt"
 TAG_STORE = "flow:store"
 TAG_MARKET = "flow:market"
+TAG_PRICE = "flow:usd-per-hour"  # the catalog price of the offer the node was launched as
 NODE_ROLE = "node"
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
@@ -67,7 +68,7 @@ def caller_cidr(config: AwsConfig) -> str:
     if config.endpoint_url is not None:
         return "127.0.0.1/32"
     try:
-        with urllib.request.urlopen(CHECKIP_URL, timeout=5) as response:  # noqa: S310
+        with urllib.request.urlopen(CHECKIP_URL, timeout=5) as response:
             text = response.read().decode().strip()
         address = ipaddress.ip_address(text)
     except (urllib.error.URLError, OSError, ValueError) as exc:

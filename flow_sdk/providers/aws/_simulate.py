@@ -1,9 +1,11 @@
 """The simulated cloud: moto's fake instances are played by local node-agent processes.
 
 The provider launches through the real boto3 paths (over HTTP to a moto server); then, for
-every instance moto reports, this module starts ``python -m flow_sdk.agent`` in a session of
-its own with the environment a real node's bootstrap gives it: ``FLOW_BOOT`` taken from the
-user-data moto recorded, the moto instance id, and its private address mapped onto loopback.
+every instance moto reports, this module starts what a real node's bootstrap starts
+(``python -m flow_sdk.providers.aws._bootlog``: the agent, its output shipped to the node's
+boot log stream) in a session of its own, with the environment that bootstrap gives it:
+``FLOW_BOOT`` taken from the user-data moto recorded, the moto instance id, and its private
+address mapped onto loopback.
 AWS credentials come from this process's environment (moto's fake ones), never from
 ``FLOW_BOOT`` or the user-data.
 
@@ -88,8 +90,9 @@ class SimulatedNodes:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (package_root, env.get("PYTHONPATH")) if p)
             with open(workdir / "boot.log", "ab") as boot_log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "flow_sdk.agent"], cwd=workdir, env=env,
+                proc = subprocess.Popen(  # what the bootstrap runs: the agent + boot log
+                    [sys.executable, "-m", "flow_sdk.providers.aws._bootlog"], cwd=workdir,
+                    env=env,
                     stdin=subprocess.DEVNULL, stdout=boot_log, stderr=subprocess.STDOUT,
                     start_new_session=True)
             _children[proc.pid] = proc

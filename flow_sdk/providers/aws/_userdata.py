@@ -44,6 +44,10 @@ def template() -> str:
 
 def node_boot_env(boot_env: Mapping[str, str], node_config: Mapping[str, Any]) -> str:
     """``FLOW_BOOT`` for the nodes of one gang: the client's, with the node provider config."""
+    extra = sorted(set(boot_env) - {"FLOW_BOOT"})
+    if extra:
+        raise ProviderError(f"the aws bootstrap carries FLOW_BOOT only, but the launch request "
+                            f"also sets {extra}; put such settings in the boot config")
     try:
         data = json.loads(boot_env["FLOW_BOOT"])
     except (KeyError, ValueError) as exc:

@@ -8,6 +8,7 @@ script): nodes do not have the caller's source tree, so those are shipped by val
 from __future__ import annotations
 
 import hashlib
+import io
 import sys
 import sysconfig
 import types
@@ -72,14 +73,38 @@ def loads(data: bytes) -> Any:
     return cloudpickle.loads(body)
 
 
+class _OwnModules(cloudpickle.Pickler):
+    """A pickling pass that only notes which of the caller's own modules the object uses."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=5)
+        self.modules: dict[str, types.ModuleType] = {}
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (types.FunctionType, type)):
+            module = sys.modules.get(getattr(obj, "__module__", "") or "")
+            if module is not None and _ship_by_value(module):
+                self.modules[module.__name__] = module
+        return super().reducer_override(obj)
+
+
 def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """The envelope for one call of ``fn``; the caller's own modules travel by value."""
-    module = sys.modules.get(getattr(fn, "__module__", "") or "")
-    by_value = _ship_by_value(module)
-    if by_value and module is not None:
+    """The envelope for one call of ``fn``. Functions and classes from the caller's own
+    modules, anywhere in the call (the function, its arguments, their attributes), travel by
+    value: nodes do not have the caller's source tree."""
+    call = (fn, args, kwargs)
+    scan = _OwnModules(io.BytesIO())
+    try:
+        scan.dump(call)
+    except Exception as exc:  # pickling runs arbitrary __reduce__ code: any error is possible
+        raise PayloadError(f"cannot serialize the call of {getattr(fn, '__name__', fn)!r}: "
+                           f"{exc}. Pass only picklable arguments.") from exc
+    already = set(cloudpickle.list_registry_pickle_by_value())
+    added = [m for name, m in scan.modules.items() if name not in already]
+    for module in added:
         cloudpickle.register_pickle_by_value(module)
     try:
-        return dumps((fn, args, kwargs))
+        return dumps(call)
     finally:
-        if by_value and module is not None:
+        for module in added:
             cloudpickle.unregister_pickle_by_value(module)

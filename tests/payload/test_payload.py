@@ -35,3 +35,25 @@ def test_unpicklable_value_names_the_fix() -> None:
 
 def test_digest_is_content_addressed() -> None:
     assert payload.digest(b"abc") == payload.digest(b"abc") != payload.digest(b"abd")
+
+
+def _callers_helper(x: int) -> int:
+    return x * 2
+
+
+def test_callers_functions_passed_as_arguments_travel_by_value(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    def apply(f: object, x: int) -> object:
+        return f(x)  # type: ignore[operator]
+
+    blob_path = tmp_path / "call.bin"
+    blob_path.write_bytes(payload.pack_call(apply, (_callers_helper, 21), {}))
+    # A fresh interpreter in another directory: this test module cannot be imported there,
+    # so only a by-value payload can run.
+    code = ("import sys; from flow_sdk import payload; "
+            "fn, a, k = payload.loads(open(sys.argv[1], 'rb').read()); print(fn(*a, **k))")
+    out = subprocess.run([sys.executable, "-c", code, str(blob_path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "42"

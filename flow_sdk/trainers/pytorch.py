@@ -1,0 +1,342 @@
+"""Distributed PyTorch on flow nodes: ``PyTorchDistributor`` and ``get_context()``.
+
+    from flow_sdk.data import ShardedDataConnector
+    from flow_sdk.trainers.pytorch import (PyTorchDistributor, PyTorchScalingConfig,
+                                           WorkerResourceConfig, get_context)
+
+    def train_func():
+        import torch.distributed as dist
+        context = get_context()
+        dist.init_process_group("gloo")           # RANK, WORLD_SIZE, MASTER_ADDR... are set
+        shard = context.get_dataset_map()["train"].get_shard()   # this worker's rows
+        ...
+        if context.get_rank() == 0:
+            torch.save(model.state_dict(), os.path.join(context.get_model_dir(), "model.pt"))
+
+    distributor = PyTorchDistributor(train_func, scaling_config=PyTorchScalingConfig(
+        num_nodes=2, num_workers_per_node=4,
+        resource_requirements_per_worker=WorkerResourceConfig(num_cpus=8, num_gpus=1)))
+    response = distributor.run(dataset_map={"train": ShardedDataConnector.from_parquet(...)},
+                               hyper_params={"lr": 1e-3})
+    response.get_model_dir()                      # where rank 0 saved model.pt
+
+How it runs: ``run`` launches one task of ``num_nodes`` nodes with ``num_workers_per_node``
+workers each (``distributed_mode="auto"``: the torch.distributed variables are set; with
+``num_gpus=1`` every worker has its own GPU). Each worker sets up its context and calls
+``train_func()``; the task's result is every worker's return value.
+
+The model directory is ``<artifact_location>/model/<task id>``. ``artifact_location`` must be
+a directory every node can write: any local path for the local provider, a file volume's
+mount path (with ``function_options={"volumes": ...}``) elsewhere. Without it the directory
+is on the file volume ``flow-trainer-artifacts`` mounted at ``/flow-artifacts`` on every node,
+and ``get_model_dir()`` on the response is that volume's directory on this machine (local
+provider) or the path on the nodes (other providers). Workers see the directory through
+``flow_sdk.current.path``, so it works with literal and mapped volume paths alike.
+
+This module imports neither torch nor xgboost: ``train_func`` brings its own imports.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from flow_sdk import current
+from flow_sdk.app import FlowApp, RemoteFunction
+from flow_sdk.spec import MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_WORKERS_PER_NODE
+from flow_sdk.trainers._common import (
+    DEFAULT_GPU_TYPE,
+    Place,
+    TrainerError,
+    as_sharded,
+    check_int,
+    declare,
+    launch_options,
+    node_path,
+    problem,
+    wait_for_results,
+)
+from flow_sdk.volumes import Volume
+
+if TYPE_CHECKING:
+    from flow_sdk.data import DataConnector, ShardedDataConnector
+    from flow_sdk.task import Task
+
+__all__ = [
+    "PyTorchDistributor",
+    "PyTorchRunResponse",
+    "PyTorchScalingConfig",
+    "TrainingContext",
+    "WorkerResourceConfig",
+    "get_context",
+]
+
+ARTIFACT_VOLUME = "flow-trainer-artifacts"
+ARTIFACT_MOUNT = "/flow-artifacts"
+
+
+@dataclass(frozen=True)
+class WorkerResourceConfig:
+    """What one worker gets: ``num_cpus`` threads (``OMP_NUM_THREADS``; 0 leaves the node's
+    default, its cores split evenly between its workers) and ``num_gpus`` (0, or 1: one GPU
+    per worker, so a node with 8 GPUs runs ``num_workers_per_node=8``)."""
+
+    num_cpus: int = 0
+    num_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        check_int(self.num_cpus, "scaling_config.resource_requirements_per_worker.num_cpus",
+                  minimum=0)
+        gpus = check_int(self.num_gpus,
+                         "scaling_config.resource_requirements_per_worker.num_gpus", minimum=0)
+        if gpus > 1:
+            raise problem("scaling_config.resource_requirements_per_worker.num_gpus",
+                          f"a worker drives one GPU (got {gpus}); for {gpus} GPUs per node "
+                          f"set num_workers_per_node={gpus} and num_gpus=1")
+
+
+@dataclass(frozen=True)
+class PyTorchScalingConfig:
+    """``num_nodes`` nodes with ``num_workers_per_node`` workers each, every worker with
+    ``resource_requirements_per_worker``. Invalid values raise ``flow_sdk.ValidationError``
+    naming the field, here, before anything is launched."""
+
+    num_nodes: int = 1
+    num_workers_per_node: int = 1
+    resource_requirements_per_worker: WorkerResourceConfig = field(
+        default_factory=WorkerResourceConfig)
+
+    def __post_init__(self) -> None:
+        check_int(self.num_nodes, "scaling_config.num_nodes", minimum=1, maximum=MAX_INSTANCES)
+        check_int(self.num_workers_per_node, "scaling_config.num_workers_per_node", minimum=1,
+                  maximum=MAX_WORKERS_PER_NODE)
+        resources = self.resource_requirements_per_worker
+        if not isinstance(resources, WorkerResourceConfig):
+            raise problem("scaling_config.resource_requirements_per_worker",
+                          f"must be a WorkerResourceConfig, got {type(resources).__name__}")
+        if resources.num_gpus and self.num_workers_per_node > MAX_GPUS_PER_NODE:
+            raise problem("scaling_config.num_workers_per_node",
+                          f"with one GPU per worker a node has at most {MAX_GPUS_PER_NODE} "
+                          f"workers, got {self.num_workers_per_node}")
+
+    @property
+    def world_size(self) -> int:
+        """Workers in all."""
+        return self.num_nodes * self.num_workers_per_node
+
+
+class TrainingContext:
+    """What ``get_context()`` returns inside ``train_func``: this worker's place in the run,
+    its data and hyper-parameters, and where to save the model."""
+
+    def __init__(self, place: Place, dataset_map: Mapping[str, ShardedDataConnector],
+                 hyper_params: Mapping[str, Any], model_dir: str) -> None:
+        self._place = place
+        self._dataset_map = dict(dataset_map)
+        self._hyper_params = dict(hyper_params)
+        self._model_dir = model_dir
+
+    def __repr__(self) -> str:
+        return (f"TrainingContext(rank={self.get_rank()}, world_size={self.get_world_size()}, "
+                f"model_dir={self._model_dir!r})")
+
+    def get_rank(self) -> int:
+        """This worker's rank among all workers (``RANK``)."""
+        return self._place.rank
+
+    def get_local_rank(self) -> int:
+        """This worker's rank on its node (``LOCAL_RANK``); its GPU index with GPUs."""
+        return self._place.local_rank
+
+    def get_world_size(self) -> int:
+        """Workers in all (``WORLD_SIZE``)."""
+        return self._place.world_size
+
+    def get_local_world_size(self) -> int:
+        """Workers on this node (``LOCAL_WORLD_SIZE``)."""
+        return self._place.local_world_size
+
+    def get_node_rank(self) -> int:
+        """This worker's node index (``NODE_RANK``)."""
+        return self._place.node_rank
+
+    def get_num_nodes(self) -> int:
+        """Nodes in all."""
+        return self._place.num_nodes
+
+    def get_dataset_map(self) -> dict[str, ShardedDataConnector]:
+        """The run's ``dataset_map``: ``value.get_shard()`` is this worker's disjoint shard
+        (by ``RANK`` and ``WORLD_SIZE``); the value itself reads every row."""
+        return dict(self._dataset_map)
+
+    def get_hyper_params(self) -> dict[str, Any]:
+        """The run's ``hyper_params`` (a copy)."""
+        return dict(self._hyper_params)
+
+    def get_model_dir(self) -> str:
+        """The run's model directory as this worker opens it (it exists); rank 0's files
+        there are what ``PyTorchRunResponse.get_model_dir()`` shows the caller."""
+        return self._model_dir
+
+
+_context: TrainingContext | None = None
+
+
+def get_context() -> TrainingContext:
+    """The context of the ``train_func`` running in this process under
+    ``PyTorchDistributor.run``; ``TrainerError`` anywhere else."""
+    if _context is None:
+        raise TrainerError("get_context() works only inside a train_func run by "
+                           "PyTorchDistributor.run()")
+    return _context
+
+
+@dataclass(frozen=True)
+class _RunJob:
+    """Everything a worker needs, pickled into the task's payload."""
+
+    train_func: Callable[[], Any]
+    dataset_map: dict[str, ShardedDataConnector]
+    hyper_params: dict[str, Any]
+    artifact_root: str  # on the nodes; current.path() resolves a volume mount path
+
+
+def _model_dir_on_node(artifact_root: str, task_id: str | None) -> str:
+    path = current.path(posixpath.join(artifact_root, "model", task_id or "no-task"),
+                        write=True)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _pytorch_run(job: _RunJob) -> Any:
+    """The task's function: every worker sets its context, then runs ``train_func()``."""
+    global _context
+    place = Place.here()
+    _context = TrainingContext(place, job.dataset_map, job.hyper_params,
+                               _model_dir_on_node(job.artifact_root, place.task_id))
+    try:
+        return job.train_func()
+    finally:
+        _context = None
+
+
+@dataclass(frozen=True)
+class PyTorchRunResponse:
+    """What ``PyTorchDistributor.run`` returns."""
+
+    task_id: str
+    model_dir: str
+    results: list[Any]
+    task: Task = field(repr=False, compare=False)
+
+    def get_model_dir(self) -> str:
+        """The run's model directory, as this machine opens it (see the module docstring
+        for non-local providers)."""
+        return self.model_dir
+
+    @property
+    def result(self) -> Any:
+        """Rank 0's return value of ``train_func``."""
+        return self.results[0] if self.results else None
+
+
+class PyTorchDistributor:
+    """Run ``train_func`` (no arguments; it calls ``get_context()``) on every worker of a
+    multi-node task, ``torch.distributed`` environment set.
+
+    ``provider``/``provider_config`` pick where the nodes run (default: local processes);
+    ``gpu_type`` is the GPU model of the workers when ``num_gpus=1``. ``function_options``
+    are further ``@app.function`` options (``volumes``, ``environment``,
+    ``max_run_time_hours``, ...); those the scaling config sets (``num_instances``,
+    ``workers_per_node``, ``gpu``, ``distributed_mode``) are refused. ``timeout_s`` bounds
+    the wait in ``run`` (the task is cancelled when it passes). Bad options raise
+    ``flow_sdk.ValidationError`` naming the field here, and nothing is launched.
+    """
+
+    def __init__(self, train_func: Callable[[], Any],
+                 scaling_config: PyTorchScalingConfig | None = None, *,
+                 provider: str = "local", provider_config: dict[str, Any] | None = None,
+                 gpu_type: str = DEFAULT_GPU_TYPE,
+                 function_options: Mapping[str, Any] | None = None,
+                 timeout_s: float | None = None) -> None:
+        if not callable(train_func):
+            raise problem("train_func", f"must be a function, got {type(train_func).__name__}")
+        if scaling_config is None:
+            scaling_config = PyTorchScalingConfig()
+        if not isinstance(scaling_config, PyTorchScalingConfig):
+            raise problem("scaling_config", "must be a PyTorchScalingConfig, got "
+                                            f"{type(scaling_config).__name__}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise problem("timeout_s", f"must be a positive number of seconds, got {timeout_s!r}")
+        self.train_func = train_func
+        self.scaling_config = scaling_config
+        self.timeout_s = timeout_s
+        self.provider = provider
+        self.provider_config = provider_config
+        resources = scaling_config.resource_requirements_per_worker
+        derived: dict[str, Any] = {
+            "num_instances": scaling_config.num_nodes,
+            "workers_per_node": scaling_config.num_workers_per_node,
+            "distributed_mode": "auto",
+            "gpu": (f"{gpu_type}:{scaling_config.num_workers_per_node}"
+                    if resources.num_gpus else None),
+        }
+        if resources.num_cpus:
+            derived["environment"] = {"OMP_NUM_THREADS": str(resources.num_cpus)}
+        self._options = launch_options(derived, function_options)
+        self._app = FlowApp("pytorch", provider=provider, provider_config=provider_config)
+        # Declared now so bad options fail here; ``run`` adds the artifact volume if needed.
+        self._remote: RemoteFunction[[_RunJob], Any] = declare(self._app, _pytorch_run,
+                                                                self._options)
+
+    def __repr__(self) -> str:
+        return (f"PyTorchDistributor({getattr(self.train_func, '__name__', 'train_func')}, "
+                f"scaling_config={self.scaling_config!r}, provider={self.provider!r})")
+
+    def _artifact_volume(self) -> Volume:
+        return Volume(ARTIFACT_VOLUME, interface="file", provider=self.provider,
+                      provider_config=self.provider_config)
+
+    def run(self, dataset_map: Mapping[str, DataConnector | Any] | None = None,
+            hyper_params: Mapping[str, Any] | None = None,
+            artifact_location: str | os.PathLike[str] | None = None) -> PyTorchRunResponse:
+        """Launch the run, wait for it, and return its response.
+
+        ``dataset_map`` maps names to ``DataConnector`` s (each becomes a
+        ``ShardedDataConnector``: ``get_shard()`` inside ``train_func`` is that worker's
+        part); ``hyper_params`` is any picklable mapping; ``artifact_location`` is the
+        directory the model directory goes under (see the module docstring). A failed
+        worker re-raises its exception here with the remote traceback.
+        """
+        if dataset_map is not None and not isinstance(dataset_map, Mapping):
+            raise problem("dataset_map", "must be a dict of name -> DataConnector, got "
+                                         f"{type(dataset_map).__name__}")
+        if hyper_params is not None and not isinstance(hyper_params, Mapping):
+            raise problem("hyper_params", "must be a dict, got "
+                                          f"{type(hyper_params).__name__}")
+        datasets = {str(name): as_sharded(data, f"dataset_map[{name!r}]")
+                    for name, data in (dataset_map or {}).items()}
+        remote = self._remote
+        volume: Volume | None = None
+        if artifact_location is None:
+            volume = self._artifact_volume()
+            volumes = dict(self._options.get("volumes") or {})
+            if ARTIFACT_MOUNT in volumes:
+                raise problem(f"function_options.volumes[{ARTIFACT_MOUNT!r}]",
+                              "is where the default artifact volume goes; pass "
+                              "artifact_location or mount your volume elsewhere")
+            volumes[ARTIFACT_MOUNT] = volume
+            remote = self._remote.with_options(volumes=volumes)
+            root = ARTIFACT_MOUNT
+        else:
+            root = node_path(artifact_location, self.provider, "artifact_location")
+        job = _RunJob(self.train_func, datasets, dict(hyper_params or {}), root)
+        task = remote.spawn(job)
+        results = wait_for_results(task, self.timeout_s)
+        model_dir = posixpath.join(root, "model", task.task_id)
+        if volume is not None and self.provider == "local":
+            model_dir = os.fspath(volume.local_path / "model" / task.task_id)
+        return PyTorchRunResponse(task.task_id, model_dir, results, task)

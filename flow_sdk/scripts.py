@@ -1,0 +1,140 @@
+"""Scripts as tasks: ``flow run FILE.py``, ``app.submit_file`` and ``app.submit_directory``.
+
+The client packs the script, or a whole directory, into a ``ScriptBundle`` (a zip archive in
+memory, stored with the payload). The task's function is ``run_bundle(bundle)``: on every
+worker it unpacks the bundle into a directory of its own, changes into it, sets ``sys.argv``
+and runs the entry point as ``__main__`` (runpy), with the rendezvous environment already
+set, so ``torch.distributed.init_process_group()`` works as under torchrun.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import runpy
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from flow_sdk.errors import FieldProblem, FlowError, ValidationError
+
+MAX_BUNDLE_BYTES = 256 * 2**20
+# Never shipped with a directory: version control, caches and virtual environments.
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".mypy_cache",
+                       ".pytest_cache", ".ruff_cache", ".tox", ".ipynb_checkpoints",
+                       "node_modules"})
+
+
+class ScriptExitError(FlowError):
+    """The script ended with ``sys.exit(code)`` and a non-zero code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[type[ScriptExitError], tuple[str, int]]:
+        return type(self), (str(self), self.code)
+
+
+@dataclass(frozen=True)
+class ScriptBundle:
+    """A script (or directory) to run on the nodes, with its command-line arguments."""
+
+    name: str  # the task's name: the entry point's file name without ``.py``
+    entrypoint: str  # the script's path inside the archive, POSIX style
+    args: tuple[str, ...]
+    archive: bytes  # a zip of the file or directory
+
+
+def _check_args(args: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+        raise ValidationError([FieldProblem(
+            "args", f"args must be a list of strings, e.g. ['--lr', '0.1'], not {args!r}")])
+    return tuple(args)
+
+
+def _task_name(entrypoint: str) -> str:
+    return PurePosixPath(entrypoint).stem or "script"
+
+
+def _sealed(name: str, entrypoint: str, args: tuple[str, ...], buffer: io.BytesIO,
+            what: str) -> ScriptBundle:
+    data = buffer.getvalue()
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise ValidationError([FieldProblem(
+            "directory", f"{what} packs to {len(data) / 2**20:.0f} MiB, over the "
+            f"{MAX_BUNDLE_BYTES // 2**20} MiB limit; keep data out of the code directory "
+            "(read it from a volume or S3 mount) and ship only code")])
+    return ScriptBundle(name, entrypoint, args, data)
+
+
+def bundle_file(path: str | os.PathLike[str], args: Sequence[str] = ()) -> ScriptBundle:
+    """Pack one Python file; it runs as ``__main__`` with ``sys.argv = [file, *args]``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValidationError([FieldProblem(
+            "path", f"{str(path)!r} is not a file; pass the path of a Python script")])
+    arguments = _check_args(args)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.write(file, file.name)
+    return _sealed(_task_name(file.name), file.name, arguments, buffer, str(file))
+
+
+def bundle_directory(directory: str | os.PathLike[str], entrypoint: str,
+                     args: Sequence[str] = ()) -> ScriptBundle:
+    """Pack a directory (without version control, caches and virtual environments);
+    ``entrypoint``, a path inside it, runs as ``__main__`` from the directory's root."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ValidationError([FieldProblem(
+            "directory", f"{str(directory)!r} is not a directory")])
+    entry = PurePosixPath(Path(entrypoint).as_posix())
+    if entry.is_absolute() or ".." in entry.parts or not (root / entry).is_file():
+        raise ValidationError([FieldProblem(
+            "entrypoint", f"{entrypoint!r} must be the relative path of a file inside "
+            f"{str(directory)!r}, e.g. 'train.py' or 'src/main.py'")])
+    arguments = _check_args(args)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+            for name in sorted(files):
+                if name.endswith((".pyc", ".pyo")):
+                    continue
+                full = Path(folder) / name
+                archive.write(full, full.relative_to(root).as_posix())
+    return _sealed(_task_name(str(entry)), str(entry), arguments, buffer, str(root))
+
+
+def run_bundle(bundle: ScriptBundle) -> None:
+    """Unpack the bundle into a fresh directory (under the node's working directory inside a
+    task), change into it and run the entry point as ``__main__``. ``sys.exit(0)`` counts as
+    success; another code raises ScriptExitError."""
+    inside_task = "FLOW_TASK_ID" in os.environ
+    rank = os.environ.get("RANK", os.environ.get("FLOW_NODE_RANK", "0"))
+    root = Path(tempfile.mkdtemp(prefix=f"code-{rank}-",
+                                 dir=os.getcwd() if inside_task else None))
+    with zipfile.ZipFile(io.BytesIO(bundle.archive)) as archive:
+        archive.extractall(root)
+    script = root / bundle.entrypoint
+    saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
+    sys.argv = [str(script), *bundle.args]
+    sys.path.insert(0, str(script.parent))
+    os.chdir(root)
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            return
+        if isinstance(exc.code, int):
+            raise ScriptExitError(f"{bundle.entrypoint} exited with code {exc.code}",
+                                  exc.code) from None
+        print(exc.code, file=sys.stderr)
+        raise ScriptExitError(f"{bundle.entrypoint} exited: {exc.code}", 1) from None
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)

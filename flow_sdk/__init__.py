@@ -13,6 +13,10 @@ from flow_sdk import current
 from flow_sdk.app import FlowApp, RemoteFunction
 from flow_sdk.errors import (
     CapacityError,
+    HostKeyMismatchError,
+    ScriptExitError,
+    SshError,
+    SshUnavailableError,
     FlowError,
     PayloadError,
     ProviderError,
@@ -49,4 +53,5 @@ __all__ = [
     "TaskTimedOutError", "TaskTimeoutError", "ValidationError", "VolumeSpec", "current",
     "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInfo", "VolumeInUseError",
     "latest_checkpoint", "load_checkpoint", "save_checkpoint",
+    "HostKeyMismatchError", "ScriptExitError", "SshError", "SshUnavailableError",
 ]

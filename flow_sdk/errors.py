@@ -99,6 +99,31 @@ class RendezvousError(FlowError):
     """Nodes could not find each other or did not all arrive in time."""
 
 
+class SshError(FlowError):
+    """An SSH connection to a node failed, or the node cannot be reached over SSH."""
+
+
+class SshUnavailableError(SshError):
+    """The node has no SSH endpoint (no sshd where it runs, or the node has stopped)."""
+
+
+class HostKeyMismatchError(SshError):
+    """The node presented a host key other than the one pinned at launch: the connection
+    was refused before authenticating. Someone may be intercepting it, or the node is not the
+    one that was launched."""
+
+
+class ScriptExitError(FlowError):
+    """The script ended with ``sys.exit(code)`` and a non-zero code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[type[ScriptExitError], tuple[str, int]]:
+        return type(self), (str(self), self.code)
+
+
 class RemoteTraceback(Exception):
     """Carries the formatted traceback of an exception raised on a node.
 

@@ -19,24 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from flow_sdk.errors import FieldProblem, FlowError, ValidationError
+from flow_sdk.errors import FieldProblem, ScriptExitError, ValidationError
 
 MAX_BUNDLE_BYTES = 256 * 2**20
 # Never shipped with a directory: version control, caches and virtual environments.
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".mypy_cache",
                        ".pytest_cache", ".ruff_cache", ".tox", ".ipynb_checkpoints",
                        "node_modules"})
-
-
-class ScriptExitError(FlowError):
-    """The script ended with ``sys.exit(code)`` and a non-zero code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-    def __reduce__(self) -> tuple[type[ScriptExitError], tuple[str, int]]:
-        return type(self), (str(self), self.code)
 
 
 @dataclass(frozen=True)

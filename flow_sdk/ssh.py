@@ -24,27 +24,16 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, NamedTuple
 
-from flow_sdk.errors import FlowError
+from flow_sdk.errors import (
+    HostKeyMismatchError,
+    SshError,
+)
 from flow_sdk.providers.base import SshEndpoint
 
 if TYPE_CHECKING:
     import paramiko
 
 CONNECT_RETRY_S = 10.0  # a node's sshd may still be starting: retry refused connections this long
-
-
-class SshError(FlowError):
-    """An SSH connection to a node failed, or the node cannot be reached over SSH."""
-
-
-class SshUnavailableError(SshError):
-    """The node has no SSH endpoint (no sshd where it runs, or the node has stopped)."""
-
-
-class HostKeyMismatchError(SshError):
-    """The node presented a host key other than the one pinned at launch: the connection
-    was refused before authenticating. Someone may be intercepting it, or the node is not the
-    one that was launched."""
 
 
 class SshResult(NamedTuple):

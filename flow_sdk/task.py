@@ -15,6 +15,8 @@ from flow_sdk._config import flow_home
 from flow_sdk.errors import (
     ProviderError,
     RemoteTraceback,
+    SshError,
+    SshUnavailableError,
     TaskCancelledError,
     TaskError,
     TaskFailedError,
@@ -22,7 +24,9 @@ from flow_sdk.errors import (
     TaskTimedOutError,
     TaskTimeoutError,
 )
-from flow_sdk.protocol import NodeRecord, Outcome, TaskRecord, TaskStatus
+from flow_sdk.cost import cost_per_hour as _cost_per_hour
+from flow_sdk.cost import estimated_cost as _estimated_cost
+from flow_sdk.protocol import LaunchRecord, NodeRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LogRecord, Provider, SshEndpoint
 from flow_sdk.spec import TaskSpec
@@ -139,6 +143,33 @@ class Task:
         outcome = self.outcome()
         assert outcome is not None
         return TaskStatus(outcome.status)
+
+    # -- cost -------------------------------------------------------------------------------
+
+    def _launch_record(self) -> LaunchRecord | None:
+        raw = self.provider.store.get(protocol.launch_key(self.task_id))
+        return LaunchRecord.from_json(raw) if raw is not None else None
+
+    @property
+    def cost_per_hour(self) -> float:
+        """USD per hour for all of the task's nodes (0 before launch and for local nodes)."""
+        launch = self._launch_record()
+        return _cost_per_hour(launch) if launch is not None else 0.0
+
+    def cost_so_far(self, now: float | None = None) -> float:
+        """USD spent: hourly price x nodes x time since launch; final once the task ended.
+        ``now`` (epoch seconds) defaults to the current time."""
+        launch = self._launch_record()
+        if launch is None:
+            return 0.0
+        outcome = self.outcome()
+        return _estimated_cost(launch, outcome.finished_at if outcome is not None else None,
+                               time.time() if now is None else now)
+
+    @property
+    def estimated_cost(self) -> float:
+        """``cost_so_far()`` at this moment: live while the task runs, final after."""
+        return self.cost_so_far()
 
     def wait(self, timeout: float | None = None) -> TaskStatus:
         """Block until the task ends; returns its terminal status. Tears the nodes down."""
@@ -364,14 +395,14 @@ class Task:
         instances = self.provider.list_instances(self.task_id)
         if 0 <= node < len(instances):  # before the rendezvous: ranks follow sorted ids
             return instances[node].instance_id
-        raise _ssh.SshError(f"task {self.task_id} has {len(instances)} node(s); there is no "
+        raise SshError(f"task {self.task_id} has {len(instances)} node(s); there is no "
                             f"node {node}")
 
     def ssh_endpoint(self, node: int = 0) -> SshEndpoint:
         """Where node ``node`` answers SSH, with the host key pinned when it launched."""
         status = self.status
         if status.is_terminal:
-            raise _ssh.SshUnavailableError(
+            raise SshUnavailableError(
                 f"task {self.task_id} has ended ({status}); its nodes and their SSH servers "
                 f"are gone. Its logs remain: task.logs(node={node}) or `flow logs "
                 f"{self.task_id} --node {node}`")
@@ -379,7 +410,7 @@ class Task:
         try:
             return self.provider.ssh_endpoint(self.task_id, instance_id)
         except ProviderError as exc:
-            raise _ssh.SshUnavailableError(f"node {node} of task {self.task_id}: {exc}") from exc
+            raise SshUnavailableError(f"node {node} of task {self.task_id}: {exc}") from exc
 
     @overload
     def ssh(self, node: int = ..., command: None = ..., *, timeout: float | None = ...) -> int: ...

@@ -33,7 +33,7 @@ from flow_sdk.protocol import TaskStatus
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchPlan, Provider
 from flow_sdk.spec import TaskSpec, build_task_spec
-from flow_sdk.ssh import SshError
+from flow_sdk.errors import SshError
 from flow_sdk.task import LOG_SOURCES, Task, list_client_records
 
 EXIT_OK = 0

@@ -15,7 +15,8 @@ from flow_testing import processes_with_env, wait_until
 from flow_sdk import FlowApp, Task, TaskStatus
 from flow_sdk.providers import _sshd
 from flow_sdk.providers.local import LocalProvider
-from flow_sdk.ssh import HostKeyMismatchError, SshError, SshResult, SshUnavailableError, fingerprint
+from flow_sdk.errors import HostKeyMismatchError, SshError, SshUnavailableError
+from flow_sdk.ssh import SshResult, fingerprint
 
 pytestmark = pytest.mark.slow
 

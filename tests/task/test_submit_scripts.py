@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from flow_sdk import FlowApp, TaskStatus, ValidationError
-from flow_sdk.scripts import ScriptExitError, bundle_directory, bundle_file, run_bundle
+from flow_sdk.errors import ScriptExitError
+from flow_sdk.scripts import bundle_directory, bundle_file, run_bundle
 
 
 def _project(root: Path) -> Path:

@@ -20,10 +20,10 @@ import click
 
 import flow_sdk
 from flow_sdk.app import FlowApp
-from flow_sdk.catalog.offers import plan_offers
 from flow_sdk.cli._output import Progress, ago, emit_json, pairs, table, when
 from flow_sdk.errors import (
     FlowError,
+    SshError,
     TaskCancelledError,
     TaskNotFoundError,
     TaskTimedOutError,
@@ -31,9 +31,7 @@ from flow_sdk.errors import (
 )
 from flow_sdk.protocol import TaskStatus
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.base import LaunchPlan, Provider
-from flow_sdk.spec import TaskSpec, build_task_spec
-from flow_sdk.errors import SshError
+from flow_sdk.spec import build_task_spec
 from flow_sdk.task import LOG_SOURCES, Task, list_client_records
 
 EXIT_OK = 0
@@ -476,18 +474,6 @@ def cancel(task_ref: str, as_json: bool) -> None:
 # -- plan, gc -----------------------------------------------------------------------------------
 
 
-def _launch_plan(provider: Provider, spec: TaskSpec) -> LaunchPlan:
-    """What the provider would launch: its own ``plan`` where it has one, else the first
-    catalog offer (``plan_offers``) for the spec."""
-    if type(provider).plan is not Provider.plan:
-        return provider.plan(spec)
-    offers = plan_offers(spec)
-    first = offers[0]
-    return LaunchPlan(provider.name, first.instance_type, first.region, first.market,
-                      first.usd_per_hour, spec.num_instances, spec.max_run_time_hours,
-                      alternatives=len(offers) - 1)
-
-
 @main.command()
 @spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -512,7 +498,7 @@ def plan(provider: str, provider_config: str | None, as_json: bool, **spec: Any)
                        f"agent per node), {task_spec.slots_per_node} worker(s) each; costs "
                        "nothing")
         return
-    chosen = _launch_plan(backend, task_spec)
+    chosen = backend.plan(task_spec)
     data = {**dataclasses.asdict(chosen), "cost_per_hour": chosen.cost_per_hour,
             "cost_at_cap": chosen.cost_at_cap}
     if as_json:
@@ -573,6 +559,118 @@ def gc(providers: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
         reports.append({"provider": name, **dataclasses.asdict(report)})
         if not as_json:
             click.echo(str(report))
+    if not dry_run and "local" in [name for name, _ in _gc_targets(providers)]:
+        from flow_sdk.volumes import gc_mount_caches
+
+        removed = gc_mount_caches(get_provider("local"))
+        reports.append({"provider": "local", "mount_caches_removed": removed})
+        if not as_json:
+            click.echo(f"local: removed {removed} S3 mount cache(s) of ended tasks")
     if as_json:
         emit_json(reports)
     sys.exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+# -- volumes ------------------------------------------------------------------------------------
+
+
+@main.group(name="volumes")
+def volumes_group() -> None:
+    """Named volumes that outlive tasks: list, create, delete."""
+
+
+def _volume_target(fn: F) -> F:
+    fn = click.option("--provider-config",
+                      help="Provider settings as JSON, e.g. '{\"region\": \"us-west-2\"}'.")(fn)
+    fn = click.option("--region", help="aws: the region of the volumes.")(fn)
+    return click.option("--provider", default="local", show_default=True,
+                        help="local or aws.")(fn)
+
+
+@volumes_group.command(name="list")
+@_volume_target
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def volumes_list(provider: str, region: str | None, provider_config: str | None,
+                 as_json: bool) -> None:
+    """List volumes: name, interface, size, the tasks using them, where they live."""
+    from flow_sdk.volumes import list_volumes
+
+    found = list_volumes(provider, region=region,
+                         provider_config=_provider_config(provider_config))
+    if as_json:
+        emit_json([dataclasses.asdict(v) for v in found])
+        return
+    click.echo(table(["NAME", "INTERFACE", "SIZE_GB", "IN USE BY", "LOCATION"],
+                     [[v.name, v.interface, "-" if v.size_gb is None else v.size_gb,
+                       ", ".join(v.in_use_by) or "-", v.location] for v in found]))
+
+
+@volumes_group.command(name="create")
+@click.argument("name")
+@click.option("--size-gb", type=int, default=100, show_default=True)
+@click.option("--interface", type=click.Choice(["file", "block"]), default="file",
+              show_default=True,
+              help="file: shared by every node (EFS on aws); block: one node (EBS on aws).")
+@click.option("--zone", help="aws block volumes: the availability zone to create it in.")
+@_volume_target
+def volumes_create(name: str, size_gb: int, interface: str, zone: str | None, provider: str,
+                   region: str | None, provider_config: str | None) -> None:
+    """Create a volume (nothing happens when it exists with the same interface)."""
+    from flow_sdk.volumes import create_volume
+
+    info = create_volume(name, size_gb, interface, provider=provider, region=region, zone=zone,
+                         provider_config=_provider_config(provider_config))
+    click.echo(f"{info.name}: {info.interface} volume, {info.size_gb} GB, {info.location}")
+
+
+@volumes_group.command(name="delete")
+@click.argument("name")
+@click.option("--force", is_flag=True,
+              help="Delete even while a running task uses it (local file volumes).")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@_volume_target
+def volumes_delete(name: str, force: bool, yes: bool, provider: str, region: str | None,
+                   provider_config: str | None) -> None:
+    """Delete a volume and every file in it."""
+    from flow_sdk.volumes import delete_volume
+
+    if not yes:
+        click.confirm(f"delete volume {name!r} and all its data?", abort=True)
+    if not delete_volume(name, provider=provider, region=region, force=force,
+                         provider_config=_provider_config(provider_config)):
+        raise click.ClickException(f"no volume named {name!r} on {provider}")
+    click.echo(f"deleted volume {name!r}")
+
+
+# -- catalog ------------------------------------------------------------------------------------
+
+
+@main.group(name="catalog")
+def catalog_group() -> None:
+    """The instance catalog: offers and prices used by plan, caps and failover."""
+
+
+@catalog_group.command(name="refresh")
+@click.option("--region", "regions", multiple=True,
+              help="Only this region (repeatable). Default: every region in the catalog.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def catalog_refresh(regions: tuple[str, ...], as_json: bool) -> None:
+    """Fetch on-demand prices (AWS Price List API) and spot prices (spot price history) and
+    write the user's catalog copy, which then overrides the packaged one."""
+    try:
+        import boto3
+    except ImportError as exc:
+        raise FlowError("catalog refresh needs boto3: pip install 'flow-sdk[aws]'") from exc
+    from flow_sdk.catalog.refresh import refresh_catalog
+
+    report = refresh_catalog(boto3.Session(), regions=list(regions) or None)
+    data = {"written_to": str(report.written_to), "on_demand_prices": len(report.on_demand),
+            "spot_prices": len(report.spot),
+            "missing": [f"{t} in {r}" for t, r in report.missing]}
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"wrote {report.written_to}: {len(report.on_demand)} on-demand and "
+               f"{len(report.spot)} spot prices")
+    if report.missing:
+        click.echo("no on-demand price found for: " + ", ".join(data["missing"]), err=True)

@@ -133,10 +133,14 @@ class DataConnector:
         *,
         drop_last: bool,
         cast_float64: bool,
+        read_rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         selected = self._select(columns)
         batches = self._source.read(
-            self._source.units, selected, read_rows_for(batch_size), cast_float64=cast_float64
+            self._source.units,
+            selected,
+            read_rows if read_rows is not None else read_rows_for(batch_size),
+            cast_float64=cast_float64,
         )
         return rebatch(batches, batch_size, drop_last=drop_last)
 

@@ -12,15 +12,19 @@ import pyarrow as pa
 T = TypeVar("T")
 
 MIN_READ_ROWS = 65_536
+MIN_BATCHES_PER_READ = 4
 
 
 def read_rows_for(batch_size: int) -> int:
-    """Rows per read from a source: a multiple of ``batch_size`` of at least 65,536.
+    """Rows per read from a source: a multiple of ``batch_size``, at least 65,536 rows and
+    at least four batches.
 
-    Reading in large batches keeps per-batch overhead low; being a multiple of the requested
-    size means the requested batches are zero-copy slices of what was read.
+    Reading in large batches keeps per-batch overhead low, and requested batches that lie
+    inside one read are zero-copy slices. Reads restart at every row group, so after the first
+    short read a batch may straddle two reads and be copied: with four or more batches per
+    read, at most one in four is.
     """
-    return batch_size * max(1, -(-MIN_READ_ROWS // batch_size))
+    return batch_size * max(MIN_BATCHES_PER_READ, -(-MIN_READ_ROWS // batch_size))
 
 
 def concat_record_batches(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -227,7 +227,7 @@ class ParquetSource(Source):
     def from_local(cls, path: str | os.PathLike[str]) -> ParquetSource:
         files: list[ParquetFileInfo] = []
         schemas: list[pa.Schema] = []
-        for file in _local_files(Path(path)):
+        for file in _local_files(Path(path).resolve()):  # nodes run in other directories
             try:
                 metadata = pq.read_metadata(file)
             except (OSError, pa.ArrowException) as exc:

@@ -107,8 +107,14 @@ def data_iter_class() -> type:
             if self._connector is None:
                 raise RuntimeError("this ArrowDataIter is closed")
             if self._batches is None:
+                # Every batch is copied into a float32 matrix anyway, so reads of exactly
+                # batch_size rows (a copy more at row-group boundaries) keep memory lowest.
                 self._batches = self._connector._iter_batches(
-                    self.batch_size, self._columns(), drop_last=False, cast_float64=True
+                    self.batch_size,
+                    self._columns(),
+                    drop_last=False,
+                    cast_float64=True,
+                    read_rows=self.batch_size,
                 )
                 self.passes += 1
             batch = next(self._batches, None)

@@ -15,7 +15,7 @@
     naive  xgboost.DMatrix(pandas float64 frame, label=...)
     peak = VmHWM at the end minus VmRSS after imports (same imports in both children).
 
-Prints a table with ratios and writes it, with the command, to bench/RESULTS_data.md.
+Prints a markdown table with ratios and the command; its figures are kept in bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-RESULTS = ROOT / "bench" / "RESULTS_data.md"
 TARGET_NAIVE = 3.0
 TARGET_CEILING = 0.90
 TARGET_MEMORY = 3.5
@@ -429,7 +428,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--data", type=Path, help="reuse (or keep) the dataset in this dir")
     parser.add_argument("--child", choices=["ours", "naive"], help=argparse.SUPPRESS)
-    parser.add_argument("--no-write", action="store_true", help="do not write RESULTS_data.md")
     args = parser.parse_args()
     if args.child:
         child(args.child, args.data, args.cols)
@@ -449,10 +447,7 @@ def main() -> None:
         times = throughput(directory, args.rows, args.batch_size, args.rounds)
         print("(b) peak RSS building the xgboost training matrix", flush=True)
         mem = memory(directory, args.cols)
-        text = report(args, data_bytes, times, mem, machine_line, time.perf_counter() - started)
-        if not args.no_write:
-            RESULTS.write_text(text + "\n")
-            print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+        print(report(args, data_bytes, times, mem, machine_line, time.perf_counter() - started))
     finally:
         if owned:
             shutil.rmtree(directory, ignore_errors=True)

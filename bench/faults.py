@@ -26,7 +26,7 @@ def main() -> int:
                               env=env, check=False)
         rows = [json.loads(line) for line in report.read_text().splitlines()] \
             if report.exists() else []
-    print(f"\n| case | time to terminal state (s) | leaked processes/instances | data lost |")
+    print("\n| case | time to terminal state (s) | leaked processes/instances | data lost |")
     print("|---|---:|---:|---|")
     for row in rows:
         print(f"| {row['case']} | {row['seconds']:.2f} | {row['leaked']} | {row['data_lost']} |")

@@ -42,6 +42,7 @@ HEARTBEAT_TIMEOUT_S = 6.0  # a node whose counter did not move for this long is 
 DECIDE_WINDOW_S = 1.0  # how long the decider collects other nodes' reports
 DECISION_WAIT_S = 30.0  # how long other nodes wait for the decider
 CANCEL_CHECK_S = 2.0
+INTERRUPTION_CHECK_S = 5.0  # how often a node asks its provider for an interruption notice
 
 
 class Next(enum.Enum):
@@ -78,7 +79,6 @@ class Agent:
         self.provider = get_provider(boot.provider, boot.provider_config)
         self.log = AgentLog(self.provider, self.task_id, instance_id)
         self.stop_requested = threading.Event()
-        self.boot_time = time.monotonic()
 
     # -- records ----------------------------------------------------------------------------
 
@@ -99,6 +99,16 @@ class Agent:
         self._write_outcome(Outcome(TaskStatus.FAILED.value, message, time.time(), node=node))
         return 1
 
+    def _replaced(self) -> set[str]:
+        """Instance ids that a decider replaced: gone, or about to go (a node that decided its
+        own replacement terminates itself last), so never members of a later generation."""
+        found: set[str] = set()
+        for key in self.provider.store.list(protocol.restarts_prefix(self.task_id)):
+            raw = self.provider.store.get(key)
+            if raw is not None:
+                found.update(json.loads(raw).get("replaced", []))
+        return found
+
     def _current_generation(self) -> int:
         keys = self.provider.store.list(protocol.restarts_prefix(self.task_id))
         return max((int(k.rsplit("/", 1)[1]) for k in keys), default=0)
@@ -117,8 +127,9 @@ class Agent:
         if blob is None:
             return self._fail(f"payload {record.payload_digest[:16]} is missing from the store")
         (self.workdir / "payload").write_bytes(blob)
-        deadline = (self.boot_time + spec.max_run_time_hours * 3600
-                    if spec.max_run_time_hours is not None else None)
+        # The cap counts from the task's creation, so a replacement node gets only what is left.
+        deadline = (time.monotonic() + record.created_at + spec.max_run_time_hours * 3600
+                    - time.time() if spec.max_run_time_hours is not None else None)
         generation = self._current_generation()
         while True:
             step = self._run_generation(generation, spec, record, deadline)
@@ -131,8 +142,10 @@ class Agent:
 
     def _run_generation(self, gen: int, spec: TaskSpec, record: TaskRecord,
                         deadline: float | None) -> Next:
+        replaced = self._replaced() if gen else set()
         try:
-            membership = discover(lambda: self.provider.list_instances(self.task_id),
+            membership = discover(lambda: [i for i in self.provider.list_instances(self.task_id)
+                                           if i.instance_id not in replaced],
                                   self.instance_id, expected=spec.num_instances,
                                   minimum=spec.min_instances or spec.num_instances,
                                   timeout_s=spec.availability_timeout_s)
@@ -240,14 +253,19 @@ class Agent:
         self.log(f"generation {gen} failed ({root.message.splitlines()[0]}); restart "
                  f"{gen + 1} of {spec.max_restarts}"
                  + (f", replacing {', '.join(lost)}" if lost else ""))
+        others = [iid for iid in lost if iid != self.instance_id]
         try:
-            if lost:
-                self.provider.terminate_instances(self.task_id, lost)
+            if others:
+                self.provider.terminate_instances(self.task_id, others)
             self.provider.store.put(protocol.restart_key(self.task_id, gen + 1),
                                     json.dumps({"reason": asdict(root), "replaced": lost}).encode())
             if lost:
                 self.provider.add_instances(
                     LaunchRequest(self.task_id, spec, self.boot.to_env()), len(lost))
+            if self.instance_id in lost:  # this node is the lost one (e.g. a spot interruption):
+                self.log("this node is being replaced; terminating it")  # it goes last
+                self.provider.terminate_instances(self.task_id, [self.instance_id])
+                return Next.FAILED
         except FlowError as exc:
             self._fail(f"could not restart after {root.message.splitlines()[0]}: {exc}")
             return Next.FAILED
@@ -281,7 +299,8 @@ class Agent:
     def _watch(self, m: Membership, store: NodeStore, workers: WorkerGroup,
                deadline: float | None) -> WatchResult:
         done = False
-        last_watch = last_cancel = 0.0
+        last_watch = last_cancel = last_notice = 0.0
+        ask_notices = True
         seen: dict[int, tuple[int, float]] = {}
         try:
             while True:
@@ -323,6 +342,21 @@ class Agent:
                             node=m.node_rank, status=TaskStatus.TIMED_OUT.value,
                             message="the task reached its max_run_time_hours cap and was "
                                     "stopped on the nodes", observed_at=time.time()))
+                if ask_notices and not done and now - last_notice >= INTERRUPTION_CHECK_S:
+                    last_notice = now
+                    try:
+                        notice = self.provider.interruption_notice(self.instance_id)
+                    except FlowError as exc:
+                        ask_notices = False
+                        notice = None
+                        self.log(f"cannot read interruption notices, not asking again: {exc}")
+                    if notice is not None:
+                        message = (f"node {m.node_rank} ({self.instance_id}) is being taken "
+                                   f"away: {notice}")
+                        self.log(message)
+                        return WatchResult("failed", FailureReport(
+                            node=m.node_rank, status=TaskStatus.FAILED.value, message=message,
+                            observed_at=time.time(), lost=True))
                 if now - last_cancel >= CANCEL_CHECK_S:
                     last_cancel = now
                     if self.provider.store.exists(protocol.cancel_key(self.task_id)):

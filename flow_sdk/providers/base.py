@@ -198,6 +198,12 @@ class Provider(abc.ABC):
         raise ProviderError(f"the {self.name} provider cannot terminate single nodes; "
                             "set max_restarts=0")
 
+    def interruption_notice(self, instance_id: str) -> str | None:
+        """The notice that this node (``instance_id``, the caller's own) is about to be taken
+        away (a spot interruption), or None. Called by the node agent every few seconds, so it
+        must be cheap. Providers whose nodes cannot be interrupted keep this default."""
+        return None
+
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         """The offer ``launch`` would try first. Providers that rent machines override this;
         the default describes nodes that cost nothing (processes on this machine)."""

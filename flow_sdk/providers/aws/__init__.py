@@ -5,11 +5,17 @@
   ClientToken, shutdown = terminate) and failover across zones, regions and instance types in
   the catalog's order (``flow_sdk.catalog.offers.plan_offers``), rolling back partial gangs.
 * ``_resources``: per-task security group / key pair / placement group, VPC, AMI (the Deep
-  Learning Base AMI through its public SSM parameter), instance profile.
-* ``_userdata`` + ``bootstrap.sh.tmpl``: the node bootstrap (no credentials in it).
+  Learning Base AMI through its public SSM parameter), instance profile and its policy.
+* ``_provider``: ``AwsProvider``. Its ``add_instances`` / ``terminate_instances`` replace
+  lost nodes under ``max_restarts``, called by the deciding node agent (a copy of a running
+  node with the gang's tags and user-data; only the named nodes are terminated).
+* ``_userdata`` + ``bootstrap.sh.tmpl``: the node bootstrap (no credentials in it; the
+  ``max_run_time_hours`` shutdown timer is the first thing it arms).
+* ``_imds``: IMDSv2 reads for ``AwsProvider.interruption_notice`` (spot interruptions).
 * ``_s3store`` / ``_cwlogs``: the object store and the log store.
 * ``_gc``: reclaim what belongs to ended tasks.
-* ``_simulate``: the simulated cloud (moto's instances played by local agent processes).
+* ``_simulate``: the simulated cloud (moto's instances played by local agent processes) and
+  ``FakeImds``, a metadata service on 127.0.0.1 for it.
 
 Usage: ``FlowApp("x", provider="aws", provider_config={"region": "us-east-1"})``.
 """

@@ -45,9 +45,9 @@ class GcReport:
 
     def __str__(self) -> str:
         verb = "would reclaim" if self.dry_run else "reclaimed"
-        lines = [f"flow gc {verb}: {len(self.terminated_instances)} instance(s), "
-                 f"{len(self.deleted)} other resource(s); {len(self.deferred)} deferred; "
-                 f"{len(self.live_tasks)} live task(s) kept"]
+        lines = [(f"flow gc {verb}: {len(self.terminated_instances)} instance(s), "
+                  f"{len(self.deleted)} other resource(s); {len(self.deferred)} deferred; "
+                  f"{len(self.live_tasks)} live task(s) kept")]
         lines += [f"  task {task}: {why}" for task, why in sorted(self.reasons.items())]
         lines += [f"  deferred: {item}" for item in self.deferred]
         return "\n".join(lines)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import json
 import re
+import secrets
 import threading
+import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,18 +19,23 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk import protocol
 from flow_sdk.catalog.offers import (
+    MARKETS,
     CatalogError,
+    Market,
     Offer,
     OfferNotFoundError,
     UnknownRegionError,
+    load_catalog,
+    markets_for_priority,
     plan_offers,
 )
 from flow_sdk.errors import CapacityError, FieldProblem, ProviderError
 from flow_sdk.protocol import TaskRecord
 from flow_sdk.providers.aws import _gc, _userdata
 from flow_sdk.providers.aws._clients import Clients, error_code, error_message
-from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.aws._config import IMDS_ENDPOINT, AwsConfig
 from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
+from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, ImdsClient
 from flow_sdk.providers.aws._launch import (
     Attempt,
     AttemptFailed,
@@ -46,11 +53,16 @@ from flow_sdk.providers.aws._resources import (
     caller_cidr,
     delete_resources,
     ensure_instance_profile,
+    resource_name,
     tag_value,
     tagged_resources,
 )
 from flow_sdk.providers.aws._s3store import S3ObjectStore
-from flow_sdk.providers.aws._simulate import SimulatedNodes, free_ports, simulated_address
+from flow_sdk.providers.aws._simulate import (
+    SimulatedNodes,
+    free_ports,
+    simulated_address,
+)
 from flow_sdk.providers.base import (
     Instance,
     InstanceState,
@@ -64,6 +76,7 @@ from flow_sdk.spec import TaskSpec
 
 _STATES: dict[str, InstanceState] = {"pending": "pending", "running": "running"}
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
+_SAMPLE_TASK_ID = "t" * 64  # longer than any task id: check() sizes the user-data with it
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,7 @@ class AwsProvider(Provider):
         self._task_regions: dict[str, tuple[str, ...]] = {}
         self._task_efa: dict[str, bool] = {}
         self._profile: tuple[str, bool] | None = None
+        self._imds: dict[str, ImdsClient] = {}
         self.launcher = GangLauncher()
         self.simulation = (SimulatedNodes(Path(config.simulate.root))
                            if config.simulate is not None else None)
@@ -149,12 +163,13 @@ class AwsProvider(Provider):
     # -- checks and plans -------------------------------------------------------------------
 
     def _plan(self, spec: TaskSpec) -> list[Offer]:
-        view = spec
-        if (spec.internode_interconnect or "") == "infiniband":  # AWS's fabric is EFA
-            view = spec.model_copy(update={"internode_interconnect": "efa"})
-        return plan_offers(view, regions=list(self.cfg.launch_regions))
+        """The offers to try, in order (an InfiniBand ask is served by EFA: see plan_offers)."""
+        return plan_offers(spec, regions=list(self.cfg.launch_regions))
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
+        """Everything about ``spec`` that can be found wrong before anything is created: an
+        offer within the price cap, priority and interconnect (the error lists the cheapest
+        offers), volumes, the image reference, and the user-data size."""
         problems = []
         try:
             self._plan(spec)
@@ -173,7 +188,29 @@ class AwsProvider(Provider):
             problems.append(FieldProblem(
                 "image", f"{spec.image!r} is not a container image reference such as "
                 "'nvcr.io/nvidia/pytorch:24.05-py3'"))
+        else:
+            try:
+                self._render_user_data(spec, _SAMPLE_TASK_ID, self.cfg.region,
+                                       self.cfg.max_launch_attempts,
+                                       {"FLOW_BOOT": json.dumps({"task_id": _SAMPLE_TASK_ID,
+                                                                 "provider": self.name})},
+                                       spec.max_run_time_hours, bucket=self._bucket or "b" * 63)
+            except ProviderError as exc:
+                problems.append(FieldProblem("image" if spec.image else "provider_config",
+                                             str(exc)))
         return problems
+
+    def _render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
+                          boot_env: Mapping[str, str], max_run_time_hours: float | None,
+                          *, bucket: str | None = None) -> str:
+        """The user-data of one gang's nodes (and of their replacements)."""
+        node_config = self.cfg.for_node(task_id, region, attempt).to_dict()
+        node_config["bucket"] = bucket if bucket is not None else self.bucket_name()
+        boot_json = _userdata.node_boot_env(boot_env, node_config)
+        return _userdata.render_for(
+            boot_json, self.cfg.agent_pip, spec.image, spec.gpu is not None,
+            spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
+            max_run_time_hours)
 
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         """The offer ``launch`` tries first (its first zone is chosen at launch), and how many
@@ -194,7 +231,8 @@ class AwsProvider(Provider):
 
     def _instance_profile(self) -> tuple[str, bool]:
         if self._profile is None:
-            self._profile = ensure_instance_profile(self.clients, self.cfg, self.bucket_name())
+            self._profile = ensure_instance_profile(self.clients, self.cfg, self.bucket_name(),
+                                                    self.store_tag)
         return self._profile
 
     # -- launch -----------------------------------------------------------------------------
@@ -270,13 +308,8 @@ class AwsProvider(Provider):
     def _attempt_plan(self, ctx: RegionContext, request: LaunchRequest, offer: Offer, zone: str,
                       number: int, efa: bool, profile: str, ssh_cidr: str) -> AttemptPlan:
         spec = request.spec
-        node_config = self.cfg.for_node(request.task_id, offer.region, number).to_dict()
-        node_config["bucket"] = self.bucket_name()
-        boot_json = _userdata.node_boot_env(request.boot_env, node_config)
-        user_data = _userdata.render_for(
-            boot_json, self.cfg.agent_pip, spec.image, spec.gpu is not None,
-            spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
-            spec.max_run_time_hours)
+        user_data = self._render_user_data(spec, request.task_id, offer.region, number,
+                                           request.boot_env, spec.max_run_time_hours)
         return AttemptPlan(
             task_id=request.task_id, spec=spec, offer=offer, zone=zone,
             subnet_id=ctx.subnets()[zone], security_group=ctx.security_group(ssh_cidr),
@@ -289,22 +322,24 @@ class AwsProvider(Provider):
                  instances: list[dict[str, Any]]) -> list[Instance]:
         started = sorted((self._instance(request.task_id, i) for i in instances),
                          key=lambda i: i.instance_id)
-        if self.simulation is not None:
-            # Play the instances: each local agent boots with what the user-data moto
-            # recorded would give it (FLOW_BOOT), plus its instance id and address.
-            recorded = ctx.ec2.describe_instance_attribute(
-                InstanceId=started[0].instance_id, Attribute="userData")
-            script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
-            boot = {"FLOW_BOOT": _userdata.boot_json_from_user_data(script)}
-            try:
-                self.simulation.start(request.task_id,
-                                      [(i.instance_id, i.address) for i in started], boot)
-            except OSError as exc:
-                self.terminate(request.task_id)
-                raise ProviderError(f"could not start the simulated nodes of task "
-                                    f"{request.task_id}: {exc}; nothing was left running"
-                                    ) from exc
+        try:
+            self._play(request.task_id, ctx, started)
+        except OSError as exc:
+            self.terminate(request.task_id)
+            raise ProviderError(f"could not start the simulated nodes of task "
+                                f"{request.task_id}: {exc}; nothing was left running") from exc
         return started
+
+    def _play(self, task_id: str, ctx: RegionContext, started: list[Instance]) -> None:
+        """Simulated cloud only: each instance is played by a local agent that boots with what
+        the user-data moto recorded would give it (FLOW_BOOT), its instance id and address."""
+        if self.simulation is None:
+            return
+        recorded = ctx.ec2.describe_instance_attribute(
+            InstanceId=started[0].instance_id, Attribute="userData")
+        script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
+        boot = {"FLOW_BOOT": _userdata.boot_json_from_user_data(script)}
+        self.simulation.start(task_id, [(i.instance_id, i.address) for i in started], boot)
 
     def _abort(self, task_id: str, contexts: Mapping[str, RegionContext]) -> str:
         """Terminate whatever the failed launch started and delete its per-task resources;
@@ -358,17 +393,24 @@ class AwsProvider(Provider):
 
     def _describe_raw(self, task_id: str) -> list[dict[str, Any]]:
         """Every instance of the task: ONE paged describe_instances by task tag per region."""
+        return [raw for _region, raw in self._describe_in_regions(task_id)]
+
+    def _describe_in_regions(self, task_id: str, states: list[str] | None = None
+                             ) -> list[tuple[str, dict[str, Any]]]:
         filters = [{"Name": f"tag:{TAG_TASK}", "Values": [task_id]}]
         launch = self.cfg.launch
         if launch is not None and launch.task_id == task_id:  # a node sees its own gang only
             filters.append({"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(launch.attempt)]})
-        found: list[dict[str, Any]] = []
+        if states is not None:
+            filters.append({"Name": "instance-state-name", "Values": states})
+        found: list[tuple[str, dict[str, Any]]] = []
         for region in self._regions_for(task_id):
             ec2 = self.clients.get("ec2", region)
             try:
                 for page in ec2.get_paginator("describe_instances").paginate(
                         Filters=filters, PaginationConfig={"PageSize": 1000}):
-                    found.extend(i for r in page["Reservations"] for i in r["Instances"])
+                    found.extend((region, i) for r in page["Reservations"]
+                                 for i in r["Instances"])
             except (ClientError, BotoCoreError) as exc:
                 raise ProviderError(f"could not list the instances of task {task_id} in "
                                     f"{region}: {exc}") from exc
@@ -391,6 +433,183 @@ class AwsProvider(Provider):
                 public_ip=raw.get("PublicIpAddress"), attempt=tag_value(raw, TAG_ATTEMPT),
                 launched_at=base.launched_at))
         return sorted(details, key=lambda d: d.instance_id)
+
+    # -- replacing lost nodes (max_restarts), from the deciding node -------------------------
+
+    def add_instances(self, request: LaunchRequest, count: int) -> list[Instance]:
+        """Start ``count`` nodes that join the task's running gang.
+
+        Each is a copy of a running node of the gang (its image, security group, key pair,
+        instance profile, placement group), with the gang's tags (its attempt tag, so the
+        running nodes discover it; the node role) plus a replacement tag, and the gang's
+        user-data (its runtime cap shortened to what is left of the task's). Tried in order:
+        the gang's offer in the gang's zone; the priority's other market there, within
+        ``max_price_per_hour``; then, unless EFA ties the gang to its placement group, the
+        same offers in the region's other zones. A failed try is rolled back by its own
+        replacement tag: the running nodes are never touched.
+        """
+        task_id = request.task_id
+        spec = request.spec
+        if count < 1:
+            raise ProviderError(f"add_instances needs a count of at least 1, got {count}")
+        try:
+            return self._add_instances(request, spec, count)
+        except (ClientError, BotoCoreError) as exc:
+            raise ProviderError(f"could not start replacement nodes for task {task_id}: {exc}"
+                                ) from exc
+
+    def _add_instances(self, request: LaunchRequest, spec: TaskSpec, count: int
+                       ) -> list[Instance]:
+        task_id = request.task_id
+        alive = sorted(self._describe_in_regions(task_id, ["pending", "running"]),
+                       key=lambda pair: str(pair[1]["InstanceId"]))
+        if not alive:
+            raise ProviderError(f"task {task_id} has no running node to copy, so lost nodes "
+                                "cannot be replaced; launch the task again")
+        copyable = [(region, raw) for region, raw in alive
+                    if tag_value(raw, TAG_ATTEMPT) is not None and _network_of(raw)[1]
+                    and (raw.get("IamInstanceProfile") or {}).get("Arn")]
+        if not copyable:
+            raise ProviderError(f"no running node of task {task_id} carries an attempt tag, "
+                                "an instance profile and a security group; they were not "
+                                "launched by flow-sdk's aws provider, so none can be copied")
+        region, template = copyable[0]
+        attempt = int(str(tag_value(template, TAG_ATTEMPT)))
+        profile = template["IamInstanceProfile"]["Arn"]
+        gang_subnet, security_group = _network_of(template)
+        hours = self._remaining_hours(task_id, spec)
+        user_data = self._render_user_data(spec, task_id, region, attempt, request.boot_env,
+                                           hours)
+        efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
+        zone = str(template["Placement"]["AvailabilityZone"])
+        offers = self._replacement_offers(spec, template, region)
+        ctx = RegionContext(self.clients, self.cfg, region, task_id, self.store_tag)
+
+        def tries() -> Iterator[tuple[Offer, str, str]]:
+            for offer in offers:
+                yield offer, zone, gang_subnet
+            if efa:
+                return  # the cluster placement group holds the gang in one zone
+            subnets = ctx.subnets()
+            for other in ctx.zones_for(offers[0].instance_type):
+                if other != zone:
+                    for offer in offers:
+                        yield offer, other, subnets[other]
+
+        batch = secrets.token_hex(4)
+        attempts: list[Attempt] = []
+        number = 0
+        for offer, where, subnet in tries():
+            if number >= self.cfg.max_launch_attempts:
+                break
+            number += 1
+            plan = AttemptPlan(
+                task_id=task_id, spec=spec, offer=offer, zone=where, subnet_id=subnet,
+                security_group=security_group, ami_id=str(template["ImageId"]),
+                root_device=str(template.get("RootDeviceName") or "/dev/sda1"),
+                key_name=template.get("KeyName"), instance_profile=str(profile),
+                user_data=user_data, attempt=attempt, store_tag=self.store_tag, efa=efa,
+                placement_group=resource_name(task_id) if efa else None, count=count,
+                replacement=f"{batch}-{number}")
+            try:
+                instances = self.launcher.try_launch(ctx, plan, False)
+            except AttemptFailed as failed:
+                attempts.append(Attempt(number, offer, where, failed.code, failed.message))
+                if failed.skip_region:
+                    break
+                continue
+            started = sorted((self._instance(task_id, i) for i in instances),
+                             key=lambda i: i.instance_id)
+            try:
+                self._play(task_id, ctx, started)
+            except OSError as exc:
+                self.terminate_instances(task_id, [i.instance_id for i in started])
+                raise ProviderError(f"could not start the simulated replacement nodes of task "
+                                    f"{task_id}: {exc}; they were terminated") from exc
+            return started
+        raise CapacityError(
+            f"could not start {count} replacement node(s) for task {task_id}: all "
+            f"{len(attempts)} attempt(s) failed:\n{format_attempts(attempts)}\nNothing was "
+            "left running, and the running nodes were not touched.")
+
+    def _remaining_hours(self, task_id: str, spec: TaskSpec) -> float | None:
+        """What is left of the task's runtime cap (replacements must not outlive it)."""
+        cap = spec.max_run_time_hours
+        if cap is None:
+            return None
+        raw = self.store.get(protocol.task_key(task_id))
+        if raw is None:
+            return cap
+        left = cap - (time.time() - TaskRecord.from_json(raw).created_at) / 3600.0
+        if left <= 0:
+            raise ProviderError(f"task {task_id} is past its max_run_time_hours of {cap:g}; "
+                                "no replacement node was started")
+        return left
+
+    def _replacement_offers(self, spec: TaskSpec, template: Mapping[str, Any], region: str
+                            ) -> list[Offer]:
+        """The gang's own offer (at the price it was launched at), then the priority's other
+        markets for the same type in the same region, within the price cap."""
+        name = str(template["InstanceType"])
+        catalog = load_catalog()
+        try:
+            hardware = catalog.instance_type(name)
+        except KeyError as exc:
+            raise ProviderError(f"cannot replace a {name} node: {exc.args[0]}") from None
+        prices: dict[Market, float | None] = {m: None for m in MARKETS}
+        for entry in catalog.entries:
+            if entry.instance.name == name and entry.region == region:
+                prices = {m: entry.price(m) for m in MARKETS}
+        market: Market = "spot" if template.get("InstanceLifecycle") == "spot" else "on-demand"
+        launched_at = tag_value(dict(template), TAG_PRICE)
+        own = float(launched_at) if launched_at else prices[market]
+        offers = [Offer(hardware, region, market, own or 0.0)]
+        for other in markets_for_priority(spec.priority):
+            price = prices[other]
+            if other == market or price is None:
+                continue
+            if spec.max_price_per_hour is None or price <= spec.max_price_per_hour:
+                offers.append(Offer(hardware, region, other, price))
+        return offers
+
+    def terminate_instances(self, task_id: str, instance_ids: list[str]) -> None:
+        """Terminate the named nodes of the task, and nothing else (ids of other tasks, or
+        already gone, are left alone). In the simulated cloud their processes are stopped."""
+        ids = list(dict.fromkeys(instance_ids))
+        if not ids:
+            return
+        try:
+            for region in self._regions_for(task_id):
+                terminate_tagged(self.clients.get("ec2", region), task_id, instance_ids=ids)
+        except (ClientError, BotoCoreError) as exc:
+            raise ProviderError(f"could not terminate nodes {ids} of task {task_id}: {exc}"
+                                ) from exc
+        if self.simulation is not None:
+            self.simulation.stop_instances(task_id, ids)
+
+    def interruption_notice(self, instance_id: str) -> str | None:
+        """The spot interruption notice of this node (``instance_id`` is the asking node's
+        own: IMDS answers for the instance it runs on), or None when there is none.
+
+        Reads IMDSv2 ``/latest/meta-data/spot/instance-action`` with a cached session token:
+        one local HTTP GET per call, cheap enough to poll every few seconds. The notice is
+        EC2's JSON text, e.g. ``{"action": "terminate", "time": "2026-01-01T12:00:00Z"}``;
+        EC2 stops the instance about two minutes later. Raises ProviderError when the
+        metadata service cannot be reached. Simulated nodes have no metadata service unless
+        provider_config imds_endpoint names one (``FakeImds``).
+        """
+        endpoint = self.cfg.imds_endpoint
+        if endpoint is None:
+            if self.simulation is not None:
+                return None
+            endpoint = IMDS_ENDPOINT
+        endpoint = endpoint.replace("{instance_id}", instance_id)
+        with self._lock:
+            client = self._imds.get(endpoint)
+            if client is None:
+                client = self._imds[endpoint] = ImdsClient(endpoint)
+        notice = client.get(SPOT_ACTION_PATH)
+        return notice.strip() if notice is not None and notice.strip() else None
 
     # -- teardown ---------------------------------------------------------------------------
 
@@ -437,6 +656,17 @@ class AwsProvider(Provider):
         script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
         boot: dict[str, Any] = json.loads(_userdata.boot_json_from_user_data(script))
         return dict(boot["provider_config"])
+
+
+def _network_of(raw: Mapping[str, Any]) -> tuple[str, str]:
+    """(subnet, security group) of an instance: its own, or its primary interface's (an EFA
+    node's live on its network interfaces). Empty strings when it reports none."""
+    nics = sorted(raw.get("NetworkInterfaces") or [],
+                  key=lambda n: (n.get("Attachment") or {}).get("DeviceIndex", 0))
+    primary = nics[0] if nics else {}
+    subnet = raw.get("SubnetId") or primary.get("SubnetId") or ""
+    groups = raw.get("SecurityGroups") or primary.get("Groups") or []
+    return str(subnet), str(groups[0]["GroupId"]) if groups else ""
 
 
 def _offer_field(exc: OfferNotFoundError) -> str:

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,9 @@ TAG_ATTEMPT = "flow:attempt"
 TAG_STORE = "flow:store"
 TAG_MARKET = "flow:market"
 TAG_PRICE = "flow:usd-per-hour"  # the catalog price of the offer the node was launched as
+TAG_REPLACEMENT = "flow:replacement"  # on nodes started to replace lost ones: the try's id
 NODE_ROLE = "node"
+NODE_POLICY_NAME = "flow-sdk-node"
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
 
@@ -78,19 +81,67 @@ def caller_cidr(config: AwsConfig) -> str:
     return check_ssh_cidr(f"{address}/{address.max_prefixlen}")
 
 
-def node_policy(bucket: str, prefix: str, log_group_prefix: str) -> dict[str, Any]:
-    """What a node may do: its task's objects, its log groups, and list instances."""
+def node_policy(bucket: str, prefix: str, log_group_prefix: str, store_tag: str,
+                role_arn: str) -> dict[str, Any]:
+    """What a node may do, and nothing more.
+
+    * its store's objects and log groups, and describing instances (discovery);
+    * replacing lost nodes under ``max_restarts`` (the decider node calls ``add_instances``
+      and ``terminate_instances``): RunInstances only for instances and volumes tagged with
+      this store, the node role and a task id, into this store's security and placement
+      groups; tags only as part of that launch; TerminateInstances only on this store's
+      nodes; iam:PassRole only for the node role itself, only to EC2.
+
+    One role serves every task of a store, and an instance profile's credentials carry no tag
+    of the instance they run on, so IAM cannot tell tasks apart here: the limit is this
+    store's nodes (tag ``flow:store``). The provider itself terminates only the named
+    instances of the calling task.
+    """
+    ec2 = "arn:aws:ec2:*:*"
+    store = {"aws:ResourceTag/flow:store": store_tag}
     return {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+        {"Sid": "TaskObjects", "Effect": "Allow",
+         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
          "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"},
-        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+        {"Sid": "ListTaskObjects", "Effect": "Allow", "Action": "s3:ListBucket",
+         "Resource": f"arn:aws:s3:::{bucket}",
          "Condition": {"StringLike": {"s3:prefix": f"{prefix}*"}}},
-        {"Effect": "Allow", "Action": ["logs:CreateLogGroup", "logs:CreateLogStream",
-                                       "logs:PutLogEvents", "logs:PutRetentionPolicy",
-                                       "logs:TagResource", "logs:DescribeLogStreams",
-                                       "logs:GetLogEvents"],
+        {"Sid": "TaskLogs", "Effect": "Allow",
+         "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                    "logs:PutRetentionPolicy", "logs:TagResource", "logs:DescribeLogStreams",
+                    "logs:GetLogEvents"],
          "Resource": f"arn:aws:logs:*:*:log-group:{log_group_prefix}*"},
-        {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+        # Describe* calls take no resource-level permissions: "*" is the only form IAM allows.
+        {"Sid": "Discover", "Effect": "Allow",
+         "Action": ["ec2:DescribeInstances", "ec2:DescribeSubnets", "ec2:DescribeVpcs",
+                    "ec2:DescribeInstanceTypeOfferings"],
+         "Resource": "*"},
+        {"Sid": "LaunchNodesOfThisStore", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": f"{ec2}:instance/*",
+         "Condition": {"StringEquals": {"aws:RequestTag/flow:store": store_tag,
+                                        "aws:RequestTag/flow:role": NODE_ROLE},
+                       "Null": {"aws:RequestTag/flow:task-id": "false"}}},
+        {"Sid": "LaunchVolumesOfThisStore", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": f"{ec2}:volume/*",
+         "Condition": {"StringEquals": {"aws:RequestTag/flow:store": store_tag},
+                       "Null": {"aws:RequestTag/flow:task-id": "false"}}},
+        {"Sid": "LaunchIntoThisStoresGroups", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": [f"{ec2}:security-group/*", f"{ec2}:placement-group/*"],
+         "Condition": {"StringEquals": store}},
+        {"Sid": "LaunchWith", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": ["arn:aws:ec2:*::image/*", f"{ec2}:subnet/*",
+                      f"{ec2}:network-interface/*", f"{ec2}:key-pair/*",
+                      f"{ec2}:spot-instances-request/*"]},
+        {"Sid": "TagOnlyAtLaunch", "Effect": "Allow", "Action": "ec2:CreateTags",
+         "Resource": [f"{ec2}:instance/*", f"{ec2}:volume/*", f"{ec2}:network-interface/*",
+                      f"{ec2}:spot-instances-request/*"],
+         "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}}},
+        {"Sid": "TerminateNodesOfThisStore", "Effect": "Allow",
+         "Action": "ec2:TerminateInstances", "Resource": f"{ec2}:instance/*",
+         "Condition": {"StringEquals": {**store, "aws:ResourceTag/flow:role": NODE_ROLE}}},
+        {"Sid": "PassTheNodeRoleToEc2", "Effect": "Allow", "Action": "iam:PassRole",
+         "Resource": role_arn,
+         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
     ]}
 
 
@@ -99,31 +150,50 @@ _TRUST = {"Version": "2012-10-17", "Statement": [{
     "Action": "sts:AssumeRole"}]}
 
 
-def ensure_instance_profile(clients: Clients, config: AwsConfig, bucket: str
+def ensure_instance_profile(clients: Clients, config: AwsConfig, bucket: str, store_tag: str
                             ) -> tuple[str, bool]:
     """The nodes' instance profile name, and whether this call created it (a new profile
-    takes a few seconds to become usable by run_instances)."""
+    takes a few seconds to become usable by run_instances). An existing flow-managed profile
+    whose policy differs from ``node_policy`` (an older flow-sdk's) gets the current one."""
     if config.instance_profile is not None:
         return config.instance_profile, False
     digest = hashlib.sha256(f"{bucket}/{config.prefix}".encode()).hexdigest()[:10]
     name = f"flow-sdk-node-{digest}"
     iam = clients.get("iam", config.region)
-    try:
-        iam.get_instance_profile(InstanceProfileName=name)
-        return name, False
-    except ClientError as exc:
-        if error_code(exc) != "NoSuchEntity":
-            raise _iam_error(name, exc) from exc
+
+    def policy(role_arn: str) -> dict[str, Any]:
+        return node_policy(bucket, config.prefix, config.log_group_prefix, store_tag, role_arn)
+
     try:
         try:
-            iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(_TRUST),
-                            Description="flow-sdk nodes: task objects, task logs, discovery",
-                            Tags=[{"Key": "flow:managed", "Value": "true"}])
+            roles = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
+        except ClientError as exc:
+            if error_code(exc) != "NoSuchEntity":
+                raise
+            roles = []
+        if roles:
+            wanted = policy(str(roles[0]["Arn"]))
+            try:
+                current = iam.get_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME)
+            except ClientError as exc:
+                if error_code(exc) != "NoSuchEntity":
+                    raise
+                current = {}
+            if _policy_document(current.get("PolicyDocument")) != wanted:
+                iam.put_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME,
+                                    PolicyDocument=json.dumps(wanted))
+            return name, False
+        try:
+            role_arn = iam.create_role(
+                RoleName=name, AssumeRolePolicyDocument=json.dumps(_TRUST),
+                Description="flow-sdk nodes: task objects, task logs, discovery, replacement",
+                Tags=[{"Key": "flow:managed", "Value": "true"}])["Role"]["Arn"]
         except ClientError as exc:
             if error_code(exc) != "EntityAlreadyExists":
                 raise
-        iam.put_role_policy(RoleName=name, PolicyName="flow-sdk-node", PolicyDocument=json.dumps(
-            node_policy(bucket, config.prefix, config.log_group_prefix)))
+            role_arn = iam.get_role(RoleName=name)["Role"]["Arn"]
+        iam.put_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME,
+                            PolicyDocument=json.dumps(policy(str(role_arn))))
         try:
             iam.create_instance_profile(InstanceProfileName=name)
         except ClientError as exc:
@@ -139,12 +209,21 @@ def ensure_instance_profile(clients: Clients, config: AwsConfig, bucket: str
     return name, True
 
 
+def _policy_document(value: Any) -> Any:
+    """A role policy as get_role_policy returns it (a dict, or URL-encoded JSON text)."""
+    if isinstance(value, str):
+        return json.loads(urllib.parse.unquote(value))
+    return value
+
+
 def _iam_error(name: str, exc: ClientError) -> ProviderError:
     return ProviderError(f"could not set up the nodes' instance profile {name!r}: "
                          f"{error_code(exc)}: {error_message(exc)}; grant iam:CreateRole, "
                          "iam:PutRolePolicy, iam:CreateInstanceProfile, "
-                         "iam:AddRoleToInstanceProfile and iam:PassRole, or create a profile "
-                         "yourself and set provider_config instance_profile")
+                         "iam:AddRoleToInstanceProfile, iam:GetRolePolicy and iam:PassRole, or "
+                         "create a profile yourself and set provider_config instance_profile "
+                         "(its role needs what flow_sdk.providers.aws._resources.node_policy "
+                         "grants)")
 
 
 @dataclass

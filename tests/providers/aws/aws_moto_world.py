@@ -1,0 +1,374 @@
+"""Helpers of the aws provider tests (the fixtures in conftest.py use them): the moto world,
+fault injection in moto's EC2 backend, and request recording through botocore events.
+
+What moto 5.2.1 lacks is filled in here, test-side only: placement groups (not implemented at
+all; a minimal create/describe/delete responder), the Deep Learning AMI's public SSM parameter
+(reserved names cannot be put; it is published into the backend the way moto publishes the
+Amazon Linux ones), capacity errors (raised from the backend as HTTP 500, as AWS does), and the
+instance profile of every instance of a launch (moto associates it with the first one only).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import socket
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from moto.core.responses import ActionResult
+from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.responses import EC2Response
+from werkzeug.exceptions import HTTPException
+
+from flow_sdk.providers.aws import AwsProvider
+from flow_sdk.providers.aws._config import DLAMI_PARAMETER
+
+ACCOUNT = "123456789012"
+REGIONS = ("us-east-1", "us-east-2", "us-west-2")
+BUCKET = "flow-test-bucket"
+
+# -- no network beyond loopback ------------------------------------------------------------
+
+_real_connect = socket.socket.connect
+
+
+def loopback_only(self: socket.socket, address: Any) -> None:
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        host = str(address[0])
+        if not (host.startswith("127.") or host in ("::1", "localhost")):
+            raise AssertionError(f"test tried to reach {address}: only 127.0.0.0/8 is allowed")
+    _real_connect(self, address)
+
+
+# -- what moto 5.2.1 lacks ------------------------------------------------------------------
+
+# Placement groups: moto 5.2.1 answers "not implemented". State per (account, region).
+PLACEMENT_GROUPS: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+
+
+def _pg_error(code: str, message: str) -> Exception:
+    from moto.ec2.exceptions import EC2ClientError
+    return EC2ClientError(code, message)
+
+
+def _create_placement_group(self: Any) -> ActionResult:
+    name = self._get_param("GroupName")
+    groups = PLACEMENT_GROUPS[(self.current_account, self.region)]
+    if name in groups:
+        raise _pg_error("InvalidPlacementGroup.Duplicate",
+                        f"The placement group '{name}' already exists.")
+    tags = self._parse_tag_specification().get("placement-group", {})
+    group = {"GroupName": name, "State": "available", "Strategy": self._get_param("Strategy"),
+             "GroupId": f"pg-{len(groups) + 1:017x}",
+             "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+    groups[name] = group
+    return ActionResult({"PlacementGroup": group})
+
+
+def _describe_placement_groups(self: Any) -> ActionResult:
+    groups = list(PLACEMENT_GROUPS[(self.current_account, self.region)].values())
+    for name, values in self._filters_from_querystring().items():
+        if name.startswith("tag:"):
+            key = name[4:]
+            groups = [g for g in groups
+                      if any(t["Key"] == key and t["Value"] in values for t in g["Tags"])]
+        elif name == "tag-key":
+            groups = [g for g in groups if any(t["Key"] in values for t in g["Tags"])]
+        elif name == "group-name":
+            groups = [g for g in groups if g["GroupName"] in values]
+    names = self._get_param("GroupNames", [])
+    if names:
+        groups = [g for g in groups if g["GroupName"] in names]
+    return ActionResult({"PlacementGroups": groups})
+
+
+def _delete_placement_group(self: Any) -> ActionResult:
+    name = self._get_param("GroupName")
+    groups = PLACEMENT_GROUPS[(self.current_account, self.region)]
+    if name not in groups:
+        raise _pg_error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is "
+                        "unknown.")
+    del groups[name]
+    return ActionResult({})
+
+
+def profile_for_every_instance(original: Callable[..., Any]) -> Callable[..., Any]:
+    """moto's RunInstances responder, associating the instance profile with every instance
+    it starts, as EC2 does (moto 5.2.1 associates it with the first one only)."""
+
+    def run_instances(self: Any) -> Any:
+        result = original(self)
+        name = self._get_param("IamInstanceProfile.Name")
+        arn = self._get_param("IamInstanceProfile.Arn")
+        if name or arn:
+            for instance in result.result.instances[1:]:
+                self.ec2_backend.associate_iam_instance_profile(
+                    instance_id=instance.id, iam_instance_profile_name=name,
+                    iam_instance_profile_arn=arn)
+        return result
+
+    return run_instances
+
+
+def placement_groups(region: str = "us-east-1") -> dict[str, dict[str, Any]]:
+    return dict(PLACEMENT_GROUPS[(ACCOUNT, region)])
+
+
+_AMIS: dict[str, str] = {}
+
+
+def publish_dlami(url: str) -> dict[str, str]:
+    """Publish the DLAMI public parameter in every test region, pointing at a moto AMI."""
+    from moto.ssm.models import Parameter, ssm_backends
+
+    amis = {}
+    for region in REGIONS:
+        ami = _AMIS.get(region)
+        if ami is None:  # moto's public AMIs are static data: look them up once per session
+            ec2 = boto3.client("ec2", region_name=region, endpoint_url=url)
+            ami = _AMIS[region] = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        params = ssm_backends[ACCOUNT][region]._parameters
+        defaultdict.__getitem__(params, DLAMI_PARAMETER).append(Parameter(  # type: ignore[abstract]
+            account_id=ACCOUNT, name=DLAMI_PARAMETER, value=ami, parameter_type="String",
+            description=None, allowed_pattern=None, keyid=None,
+            last_modified_date=datetime.datetime.now(datetime.timezone.utc), version=1,
+            data_type="aws:ec2:image"))
+        amis[region] = ami
+    return amis
+
+
+# -- the per-test AWS world ----------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """Botocore-event recording of one session: API calls by name and RunInstances params."""
+
+    calls: list[str] = field(default_factory=list)
+    http_requests: int = 0
+    run_instances: list[dict[str, Any]] = field(default_factory=list)
+
+    def attach(self, session: boto3.session.Session) -> boto3.session.Session:
+        events = session.events
+
+        def on_params(params: dict[str, Any], **_: Any) -> None:
+            self.run_instances.append(copy.deepcopy(params))
+
+        def on_call(model: Any, **_: Any) -> None:
+            self.calls.append(f"{model.service_model.service_name}.{model.name}")
+
+        def on_send(**_: Any) -> None:
+            self.http_requests += 1
+
+        events.register("provide-client-params.ec2.RunInstances", on_params)
+        events.register("before-call", on_call)
+        events.register("before-send", on_send)
+        return session
+
+    def count(self, name: str) -> int:
+        return self.calls.count(name)
+
+
+@dataclass
+class AwsWorld:
+    url: str
+    tmp: Path
+    amis: dict[str, str]
+
+    @property
+    def sim_root(self) -> Path:
+        return self.tmp / "sim"
+
+    def config(self, **overrides: Any) -> dict[str, Any]:
+        config: dict[str, Any] = {"region": "us-east-1", "bucket": BUCKET,
+                                  "endpoint_url": self.url, "ssh_cidr": "127.0.0.1/32"}
+        config.update(overrides)
+        return config
+
+    def provider(self, recorder: Recorder | None = None, **overrides: Any) -> AwsProvider:
+        session = boto3.session.Session()
+        if recorder is not None:
+            recorder.attach(session)
+        return AwsProvider.from_config(self.config(**overrides), session=session)
+
+    def client(self, service: str, region: str = "us-east-1") -> Any:
+        return boto3.client(service, region_name=region, endpoint_url=self.url)
+
+    def instances(self, region: str = "us-east-1") -> list[dict[str, Any]]:
+        reservations = self.client("ec2", region).describe_instances()["Reservations"]
+        return [i for r in reservations for i in r["Instances"]]
+
+    def non_terminated(self, region: str = "us-east-1") -> list[str]:
+        return [i["InstanceId"] for i in self.instances(region)
+                if i["State"]["Name"] not in ("terminated", "shutting-down")]
+
+    def created_anything(self) -> list[str]:
+        """Whatever flow could have created, in every test region: instances, security
+        groups (besides the default ones), key pairs, placement groups, objects, log groups,
+        IAM roles and instance profiles. Empty for an untouched world."""
+        found = []
+        for region in REGIONS:
+            ec2 = self.client("ec2", region)
+            found += [f"{region} instance {i['InstanceId']}" for i in self.instances(region)]
+            found += [f"{region} security group {g['GroupName']}"
+                      for g in ec2.describe_security_groups()["SecurityGroups"]
+                      if g["GroupName"] != "default"]
+            found += [f"{region} key pair {k['KeyName']}"
+                      for k in ec2.describe_key_pairs()["KeyPairs"]]
+            found += [f"{region} placement group {name}" for name in placement_groups(region)]
+            found += [f"{region} log group {g['logGroupName']}"
+                      for g in self.client("logs", region).describe_log_groups()["logGroups"]]
+        found += [f"object {o['Key']}" for o in self.client("s3").list_objects_v2(
+            Bucket=BUCKET).get("Contents", [])]
+        iam = self.client("iam")
+        found += [f"role {r['RoleName']}" for r in iam.list_roles()["Roles"]]
+        found += [f"instance profile {p['InstanceProfileName']}"
+                  for p in iam.list_instance_profiles()["InstanceProfiles"]]
+        return found
+
+
+# -- what reached moto over the wire --------------------------------------------------------
+
+
+@dataclass
+class Wire:
+    """Every RunInstances that reached the moto server, from any process (the test's, or a
+    simulated node's), as the query parameters it arrived with. moto's model drops some of
+    them (MaxCount, spot MaxPrice), so this is the record of what AWS would have been sent."""
+
+    run_instances: list[dict[str, str]] = field(default_factory=list)
+
+    def markets(self) -> list[str]:
+        return [r.get("InstanceMarketOptions.MarketType", "on-demand")
+                for r in self.run_instances]
+
+    @staticmethod
+    def tags(request: dict[str, str], resource: str = "instance") -> dict[str, str]:
+        """The tags of one TagSpecification of a recorded request."""
+        for n in range(1, 10):
+            if request.get(f"TagSpecification.{n}.ResourceType") == resource:
+                found: dict[str, str] = {}
+                for m in range(1, 50):
+                    key = request.get(f"TagSpecification.{n}.Tag.{m}.Key")
+                    if key is None:
+                        return found
+                    found[key] = request[f"TagSpecification.{n}.Tag.{m}.Value"]
+        return {}
+
+
+def wire_recording(wire: Wire) -> Callable[..., Any]:
+    original: Callable[..., Any] = EC2Response.run_instances
+
+    def run_instances(self: Any) -> Any:
+        wire.run_instances.append({k: v[0] for k, v in self.querystring.items() if v})
+        return original(self)
+
+    return run_instances
+
+
+# -- fault injection in moto's EC2 backend -------------------------------------------------
+
+
+class Ec2HttpError(HTTPException):
+    """An EC2 error document with the status AWS uses (InsufficientInstanceCapacity: 500)."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__()
+        self.code = status
+        self.description = (
+            '<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
+            f"<Code>{code}</Code><Message>{message}</Message></Error></Errors>"
+            "<RequestID>flow-test</RequestID></Response>")
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [("Content-Type", "text/xml")]
+
+
+@dataclass
+class _Rule:
+    kind: str  # "capacity" | "partial" | "lose" | "transient"
+    instance_type: str | None
+    zone: str | None
+    region: str | None
+    code: str
+    status: int
+    times: int | None  # None: every time
+    launched: int = 0
+    market: str | None = None  # "spot" | "on-demand"
+
+    def matches(self, region: str, zone: str, instance_type: str, market: str) -> bool:
+        return ((self.instance_type is None or self.instance_type == instance_type)
+                and (self.market is None or self.market == market)
+                and (self.zone is None or self.zone == zone)
+                and (self.region is None or self.region == region)
+                and (self.times is None or self.times > 0))
+
+
+@dataclass
+class Ec2Faults:
+    """Rules applied, in order, to every run_instances that reaches moto's backend."""
+
+    rules: list[_Rule] = field(default_factory=list)
+    seen: list[tuple[str, str, str]] = field(default_factory=list)  # (region, zone, type)
+
+    def capacity(self, *, instance_type: str | None = None, zone: str | None = None,
+                 region: str | None = None, market: str | None = None,
+                 code: str = "InsufficientInstanceCapacity", status: int = 500,
+                 times: int | None = None) -> None:
+        self.rules.append(_Rule("capacity", instance_type, zone, region, code, status, times,
+                                market=market))
+
+    def partial(self, launched: int, *, instance_type: str | None = None,
+                zone: str | None = None, times: int | None = None) -> None:
+        """moto starts only ``launched`` instances (fewer than MinCount)."""
+        self.rules.append(_Rule("partial", instance_type, zone, None, "", 200, times, launched))
+
+    def lose_response(self, *, zone: str | None = None, times: int | None = None) -> None:
+        """moto starts the instances, then the response is lost (HTTP 500 InternalError)."""
+        self.rules.append(_Rule("lose", None, zone, None, "InternalError", 500, times))
+
+    def transient(self, *, times: int, code: str = "RequestLimitExceeded",
+                  status: int = 503) -> None:
+        """Throttled before anything starts."""
+        self.rules.append(_Rule("transient", None, None, None, code, status, times))
+
+
+PLACEMENT_GROUP_ACTIONS = {"create_placement_group": _create_placement_group,
+                           "describe_placement_groups": _describe_placement_groups,
+                           "delete_placement_group": _delete_placement_group}
+
+
+def faulty_run_instances(faults: Ec2Faults) -> Callable[..., Any]:
+    """moto's InstanceBackend.run_instances with ``faults`` applied first."""
+    original: Callable[..., Any] = InstanceBackend.run_instances
+
+    def run_instances(self: Any, image_id: str, count: int, user_data: Any,
+                      security_group_names: list[str], **kwargs: Any) -> Any:
+        region = kwargs.get("region_name") or self.region_name
+        zone = kwargs.get("placement") or ""
+        instance_type = kwargs.get("instance_type", "")
+        market = "spot" if kwargs.get("instance_market_options") == "spot" else "on-demand"
+        faults.seen.append((region, zone, instance_type))
+        for rule in faults.rules:
+            if not rule.matches(region, zone, instance_type, market):
+                continue
+            if rule.times is not None:
+                rule.times -= 1
+            if rule.kind in ("capacity", "transient"):
+                raise Ec2HttpError(rule.code, f"We currently do not have sufficient "
+                                   f"{instance_type} capacity in the Availability Zone you "
+                                   f"requested ({zone}).", rule.status)
+            if rule.kind == "partial":
+                return original(self, image_id, rule.launched, user_data, security_group_names,
+                                **kwargs)
+            if rule.kind == "lose":
+                original(self, image_id, count, user_data, security_group_names, **kwargs)
+                raise Ec2HttpError(rule.code, "An internal error has occurred.", rule.status)
+        return original(self, image_id, count, user_data, security_group_names, **kwargs)
+
+    return run_instances

@@ -1,0 +1,125 @@
+"""Fixtures for the aws provider tests: a real moto server over HTTP on 127.0.0.1 (one per
+session, reset per test), fake credentials, no network beyond loopback, and fault injection in
+moto's EC2 backend. What moto 5.2.1 lacks is filled in test-side only (see aws_moto_world)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import botocore.loaders
+import botocore.session
+import pytest
+from aws_moto_world import (
+    BUCKET,
+    PLACEMENT_GROUP_ACTIONS,
+    PLACEMENT_GROUPS,
+    AwsWorld,
+    Ec2Faults,
+    Recorder,
+    Wire,
+    faulty_run_instances,
+    loopback_only,
+    profile_for_every_instance,
+    publish_dlami,
+    wire_recording,
+)
+from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.responses import EC2Response
+from moto.server import ThreadedMotoServer
+
+from flow_sdk.providers.aws._launch import GangLauncher
+from flow_sdk.providers.aws._simulate import SimulatedNodes
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process may open connections to 127.0.0.0/8 only."""
+    monkeypatch.setattr(socket.socket, "connect", loopback_only)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_botocore_loader() -> Iterator[None]:
+    """Every boto3 session in this process shares one botocore data loader, so each service
+    model (EC2's is large) is parsed once per test run rather than once per provider. Speed
+    only: the clients are built exactly as before."""
+    original = botocore.session.create_loader
+    loaders: dict[str | None, botocore.loaders.Loader] = {}
+
+    def shared(search_path_string: str | None = None) -> botocore.loaders.Loader:
+        if search_path_string not in loaders:
+            loaders[search_path_string] = original(search_path_string)
+        return loaders[search_path_string]
+
+    botocore.session.create_loader = shared
+    yield
+    botocore.session.create_loader = original
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()  # port=0: the OS picked a free one
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _moto_gaps() -> Iterator[None]:
+    """Placement groups, and instance profiles on every instance of a launch."""
+    for name, fn in PLACEMENT_GROUP_ACTIONS.items():
+        setattr(EC2Response, name, fn)
+    original = EC2Response.run_instances
+    setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
+    yield
+    setattr(EC2Response, "run_instances", original)  # noqa: B010
+    for name in PLACEMENT_GROUP_ACTIONS:
+        delattr(EC2Response, name)
+
+
+@pytest.fixture(autouse=True)
+def aws(moto_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsWorld]:
+    """A fresh moto world with fake credentials in this process's environment."""
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"),
+                           timeout=10).read()
+    PLACEMENT_GROUPS.clear()
+    monkeypatch.setattr(GangLauncher, "retry_base_s", 0.0)
+    world = AwsWorld(url=moto_url, tmp=tmp_path, amis=publish_dlami(moto_url))
+    world.client("s3").create_bucket(Bucket=BUCKET)
+    yield world
+    SimulatedNodes(world.sim_root).stop_all()  # a failed simulated test stops its nodes too
+
+
+@pytest.fixture()
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture()
+def ec2_faults(monkeypatch: pytest.MonkeyPatch) -> Ec2Faults:
+    faults = Ec2Faults()
+    monkeypatch.setattr(InstanceBackend, "run_instances", faulty_run_instances(faults))
+    return faults
+
+
+@pytest.fixture()
+def ec2_wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
+    """RunInstances requests as they reached moto (from this process or a simulated node)."""
+    wire = Wire()
+    monkeypatch.setattr(EC2Response, "run_instances", wire_recording(wire))
+    return wire

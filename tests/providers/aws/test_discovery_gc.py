@@ -1,0 +1,199 @@
+"""Discovery (one paged describe_instances), terminate, describe, gc, config and check."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from aws_moto_world import AwsWorld, Recorder, placement_groups
+
+from flow_sdk import protocol
+from flow_sdk.errors import FlowError, ProviderError
+from flow_sdk.protocol import BootConfig, Outcome, TaskRecord
+from flow_sdk.providers import get_provider
+from flow_sdk.providers.aws import AwsProvider, simulated_address
+from flow_sdk.providers.aws._resources import key_path, tags
+from flow_sdk.providers.base import LaunchRequest
+from flow_sdk.spec import TaskSpec, build_task_spec
+
+
+def spec(**options: Any) -> TaskSpec:
+    return build_task_spec(app="t", name="train", provider="aws", **options)
+
+
+def launch(world: AwsWorld, provider: AwsProvider, task_id: str, task_spec: TaskSpec,
+           *, record: bool = True, created_at: float | None = None) -> list[str]:
+    """Launch like FlowApp does: the task record first, then the gang."""
+    if record:
+        provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
+            task_id, task_spec.model_dump(mode="json"), "0" * 64,
+            created_at if created_at is not None else time.time(), 29400, 29500)))
+    boot = BootConfig(task_id, "aws", provider.config()).to_env()
+    return [i.instance_id for i in provider.launch(LaunchRequest(task_id, task_spec, boot))]
+
+
+def end(provider: AwsProvider, task_id: str) -> None:
+    provider.store.put_if_absent(protocol.outcome_key(task_id), protocol.to_json(
+        Outcome("SUCCEEDED", "every rank returned", time.time())))
+
+
+# -- discovery -----------------------------------------------------------------------------
+
+
+def test_list_instances_is_one_describe_call_sorted_by_id(aws: AwsWorld,
+                                                          recorder: Recorder) -> None:
+    provider = aws.provider()
+    ids = launch(aws, provider, "disc-1", spec(num_instances=5, priority="high"))
+    node_config = provider.node_config_of(ids[0], "us-east-1")
+    node = aws.provider(recorder, **node_config)  # rebuilt from FLOW_BOOT as an agent does
+    found = node.list_instances("disc-1")
+    assert recorder.calls == ["ec2.DescribeInstances"]  # one call, no per-peer polling
+    assert [i.instance_id for i in found] == sorted(ids)
+    raw = {i["InstanceId"]: i for i in aws.instances()}
+    assert all(i.address == raw[i.instance_id]["PrivateIpAddress"] for i in found)
+    assert {i.state for i in found} == {"running"} and all(i.task_id == "disc-1" for i in found)
+    provider.terminate("disc-1")
+    assert {i.state for i in provider.list_instances("disc-1")} == {"terminated"}
+
+
+def test_simulated_addresses_map_onto_loopback(aws: AwsWorld) -> None:
+    assert simulated_address("172.31.16.5") == "127.31.16.5"
+    assert simulated_address("10.1.2.3") == "127.1.2.3"
+    with pytest.raises(ProviderError, match="IPv4"):
+        simulated_address("fe80::1")
+    provider = aws.provider(simulate={"root": str(aws.sim_root)})
+    plain = aws.provider()
+    ids = launch(aws, plain, "disc-2", spec(num_instances=2, priority="high"))
+    mapped = {i.instance_id: i.address for i in provider.list_instances("disc-2")}
+    raw = {i["InstanceId"]: i["PrivateIpAddress"] for i in aws.instances()}
+    assert mapped == {i: simulated_address(raw[i]) for i in ids}
+    plain.terminate("disc-2")
+
+
+def test_rendezvous_ports_are_fixed_on_aws_and_free_in_simulation(aws: AwsWorld) -> None:
+    assert aws.provider().rendezvous_ports() == (29400, 29500)
+    first = aws.provider(simulate={"root": str(aws.sim_root)}).rendezvous_ports()
+    assert first[0] != first[1] and all(p > 1024 for p in first)
+
+
+def test_describe_reports_type_zone_market_and_attempt(aws: AwsWorld) -> None:
+    provider = aws.provider()
+    ids = launch(aws, provider, "desc-1", spec(num_instances=2, priority="low"))
+    details = provider.describe("desc-1")
+    assert [d.instance_id for d in details] == sorted(ids)
+    assert {(d.instance_type, d.market, d.state, d.attempt) for d in details} == {
+        ("c7i.xlarge", "spot", "running", "1")}
+    provider.terminate("desc-1")
+
+
+# -- terminate -----------------------------------------------------------------------------
+
+
+def test_terminate_is_idempotent_and_removes_every_task_resource(aws: AwsWorld) -> None:
+    provider = aws.provider()
+    launch(aws, provider, "term-1", spec(gpu="a100:8", num_instances=2, priority="high",
+                                         internode_interconnect="efa"))
+    assert "flow-term-1" in placement_groups()
+    fresh = aws.provider()  # another process (Task.from_id): finds the task from its record
+    report = fresh.terminate_task("term-1")
+    assert sum("instance" in item for item in report.deleted) == 2
+    assert any("placement group flow-term-1" in item for item in report.deleted)
+    assert aws.non_terminated() == [] and placement_groups() == {}
+    assert not key_path("term-1", "us-east-1").exists()
+    again = fresh.terminate_task("term-1")
+    assert again.deleted == [] and again.deferred == []
+
+
+# -- gc ------------------------------------------------------------------------------------
+
+
+def test_gc_reclaims_ended_orphaned_and_overdue_tasks_only(aws: AwsWorld) -> None:
+    provider = aws.provider()
+    ended = launch(aws, provider, "gc-ended", spec(num_instances=2, priority="high"))
+    end(provider, "gc-ended")
+    live = launch(aws, provider, "gc-live", spec(num_instances=1, priority="high"))
+    orphan = launch(aws, provider, "gc-orphan", spec(num_instances=1, priority="high"),
+                    record=False)
+    overdue = launch(aws, provider, "gc-overdue",
+                     spec(num_instances=1, priority="high", max_run_time_hours=1.0),
+                     created_at=time.time() - 3 * 3600)
+    ec2 = aws.client("ec2")
+    vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+    foreign = ec2.create_security_group(  # another flow installation's group: never touched
+        GroupName="flow-other", Description="x", VpcId=vpc, TagSpecifications=[{
+            "ResourceType": "security-group",
+            "Tags": tags("gc-other", "s3://someone-else/flow/")}])["GroupId"]
+
+    dry = provider.gc(dry_run=True)
+    assert sorted(dry.terminated_instances) == sorted(
+        f"us-east-1 instance {i}" for i in ended + orphan + overdue)
+    assert len(aws.non_terminated()) == 5  # dry run: nothing changed
+
+    report = provider.gc()
+    assert sorted(report.terminated_instances) == sorted(dry.terminated_instances)
+    assert report.reasons == {"gc-ended": "task ended SUCCEEDED",
+                              "gc-orphan": "no task record in the store",
+                              "gc-overdue": "task is past its max_run_time_hours and wrote no "
+                                            "outcome"}
+    assert report.live_tasks == ["gc-live"]
+    assert sorted(aws.non_terminated()) == sorted(live)
+    groups = {g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]}
+    assert "flow-gc-live" in groups and "flow-other" in groups
+    assert not {"flow-gc-ended", "flow-gc-orphan", "flow-gc-overdue"} & groups
+    keys = {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]}
+    assert keys == {"flow-gc-live"}
+    assert "reclaimed: 4 instance(s)" in str(report)
+    assert provider.gc().terminated_instances == []  # nothing left to do
+    ec2.delete_security_group(GroupId=foreign)
+    provider.terminate("gc-live")
+
+
+# -- config and check ----------------------------------------------------------------------
+
+
+def test_config_is_json_safe_and_credential_free(aws: AwsWorld) -> None:
+    provider = aws.provider()
+    config = provider.config()
+    assert json.loads(json.dumps(config)) == config
+    assert AwsProvider.from_config(config).config() == config
+    text = json.dumps(config).lower()
+    assert "testing" not in text and "secret" not in text
+    with pytest.raises(ProviderError, match="must not hold credentials"):
+        AwsProvider.from_config({"aws_secret_access_key": "x"})
+    with pytest.raises(ProviderError, match="must not hold credentials"):
+        AwsProvider.from_config({"simulate": {"root": "/tmp", "session_token": "x"}})
+    with pytest.raises(ProviderError, match="unknown key"):
+        AwsProvider.from_config({"regoin": "us-east-1"})
+    with pytest.raises(ProviderError, match="whole internet"):
+        AwsProvider.from_config({"ssh_cidr": "0.0.0.0/0"})
+    assert isinstance(get_provider("aws", config), AwsProvider)
+
+
+@pytest.mark.parametrize(("options", "field", "words"), [
+    ({"gpu": "h100:3"}, "gpu", "exactly"),
+    ({"gpu": "h100:8", "max_price_per_hour": 1.0}, "max_price_per_hour", "raise"),
+    ({"gpu": "h100:8", "region": "mars-east-1"}, "region", "not in the AWS instance catalog"),
+    ({"gpu": "t4:1", "internode_interconnect": "efa"}, "internode_interconnect", "EFA"),
+    ({"volumes": {"/shared/x": {"name": "x"}}}, "volumes", "remove them"),
+    ({"image": "bad image!"}, "image", "container image reference"),
+])
+def test_check_names_the_field_and_the_fix(aws: AwsWorld, options: dict[str, Any], field: str,
+                                           words: str) -> None:
+    problems = aws.provider().check(spec(**options))
+    assert [p.field for p in problems] == [field], problems
+    assert words in problems[0].message
+
+
+def test_check_accepts_a_good_spec_and_infiniband_means_efa(aws: AwsWorld) -> None:
+    provider = aws.provider()
+    assert provider.check(spec(gpu="h100:8", num_instances=4)) == []
+    assert provider.check(spec(gpu="h100:8", internode_interconnect="InfiniBand")) == []
+
+
+def test_launch_without_an_offer_is_a_typed_error(aws: AwsWorld) -> None:
+    provider = aws.provider()
+    with pytest.raises(FlowError, match="no AWS offer"):
+        launch(aws, provider, "none-1", spec(gpu="h100:8", max_price_per_hour=1.0))
+    assert aws.non_terminated() == []

@@ -32,10 +32,13 @@ class _Handler(socketserver.StreamRequestHandler):
         super().finish()
 
     def handle(self) -> None:
-        for line in self.rfile:
-            request = json.loads(line)
-            reply = self.server.apply(request)
-            self.wfile.write(json.dumps(reply).encode() + b"\n")
+        try:
+            for line in self.rfile:
+                request = json.loads(line)
+                reply = self.server.apply(request)
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+        except ConnectionError:
+            return  # the node at the other end went away: the leader's heartbeat check says so
 
 
 class _Server(socketserver.ThreadingTCPServer):

@@ -9,9 +9,7 @@ whichever was loaded last. ``conftest.py`` here registers the fixtures for the d
 
 from __future__ import annotations
 
-import os
 import socket
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +21,7 @@ from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
 from flow_sdk.volumes.namespace import private_root_supported
+from flow_testing import processes_with_env, wait_until
 
 MIB = 1024 * 1024
 BIG_KEY = "big/multipart.bin"
@@ -34,27 +33,11 @@ _real_connect = socket.socket.connect
 
 def flow_processes(home: Path) -> list[int]:
     """PIDs of live processes (other than this one) started with ``FLOW_HOME=home``."""
-    needle = f"FLOW_HOME={home}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if state != "Z" and needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    return processes_with_env("FLOW_HOME", str(home))
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    wait_until(predicate, timeout, what)
 
 
 def _loopback_only(self: socket.socket, address: Any) -> None:

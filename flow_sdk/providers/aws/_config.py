@@ -24,6 +24,7 @@ DLAMI_PARAMETER = ("/aws/service/deeplearning/ami/x86_64/"
 DEFAULT_AGENT_PIP = f"flow-sdk[aws,torch]=={__version__}"
 DEFAULT_PREFIX = "flow/"
 DEFAULT_LOG_GROUP_PREFIX = "/flow/"
+DEFAULT_SSH_USER = "ubuntu"  # the Deep Learning AMI (Ubuntu) login user
 IMDS_ENDPOINT = "http://169.254.169.254"  # the instance metadata service, IMDSv2 only
 # The broadest SSH source a task's security group may admit ("the caller", never the internet).
 MIN_SSH_PREFIX = {4: 16, 6: 48}
@@ -31,6 +32,7 @@ MIN_SSH_PREFIX = {4: 16, 6: 48}
 _REGION_RE = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d+$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SECRET_WORDS = ("secret", "password", "credential", "access_key", "session_token", "token")
+_SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
 
 
@@ -82,6 +84,11 @@ class AwsConfig:
     # IMDS on EC2; in the simulated cloud, no metadata service unless one is set. A
     # "{instance_id}" in it is replaced by the asking node's id (one host plays many nodes).
     imds_endpoint: str | None = None
+    # SSH to nodes (Task.ssh): the AMI's login user, which address the client dials, and the
+    # private key file for a user-named key pair (a per-task key is written at launch)
+    ssh_user: str = DEFAULT_SSH_USER
+    ssh_address: str = "public"  # "public" | "private" (a VPN or bastion reaches the VPC)
+    ssh_key_path: str | None = None
     simulate: SimulateConfig | None = None
     launch: NodeLaunch | None = None  # set on nodes only
 
@@ -127,6 +134,18 @@ class AwsConfig:
         if imds is not None and (not isinstance(imds, str) or not _IMDS_RE.match(imds)):
             raise ProviderError(f"provider_config.imds_endpoint {imds!r} must be an http:// URL "
                                 f"such as {IMDS_ENDPOINT!r} (the instance metadata service)")
+        ssh_user = config.get("ssh_user") or DEFAULT_SSH_USER
+        if not isinstance(ssh_user, str) or not _SSH_USER_RE.match(ssh_user):
+            raise ProviderError(f"provider_config.ssh_user {ssh_user!r} is not a login name "
+                                f"such as {DEFAULT_SSH_USER!r}")
+        ssh_address = config.get("ssh_address") or "public"
+        if ssh_address not in ("public", "private"):
+            raise ProviderError(f"provider_config.ssh_address {ssh_address!r} must be 'public' "
+                                "or 'private'")
+        ssh_key_path = config.get("ssh_key_path")
+        if ssh_key_path is not None and (not isinstance(ssh_key_path, str) or not ssh_key_path):
+            raise ProviderError(f"provider_config.ssh_key_path {ssh_key_path!r} must be the "
+                                "path of a private key file")
         simulate = config.get("simulate")
         launch = config.get("launch")
         return cls(
@@ -137,6 +156,7 @@ class AwsConfig:
             agent_pip=config.get("agent_pip") or DEFAULT_AGENT_PIP,
             log_group_prefix=config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX,
             log_retention_days=retention, max_launch_attempts=attempts, imds_endpoint=imds,
+            ssh_user=ssh_user, ssh_address=ssh_address, ssh_key_path=ssh_key_path,
             simulate=_simulate(simulate) if simulate is not None else None,
             launch=NodeLaunch(**launch) if launch is not None else None,
         )
@@ -151,7 +171,8 @@ class AwsConfig:
             "log_group_prefix": self.log_group_prefix,
             "log_retention_days": self.log_retention_days,
             "max_launch_attempts": self.max_launch_attempts,
-            "imds_endpoint": self.imds_endpoint,
+            "imds_endpoint": self.imds_endpoint, "ssh_user": self.ssh_user,
+            "ssh_address": self.ssh_address, "ssh_key_path": self.ssh_key_path,
         }
         if self.simulate is not None:
             data["simulate"] = {"root": self.simulate.root}

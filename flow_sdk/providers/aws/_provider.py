@@ -9,7 +9,7 @@ import secrets
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,7 +31,7 @@ from flow_sdk.catalog.offers import (
 )
 from flow_sdk.errors import CapacityError, FieldProblem, ProviderError
 from flow_sdk.protocol import TaskRecord
-from flow_sdk.providers.aws import _gc, _userdata
+from flow_sdk.providers.aws import _gc, _hostkeys, _userdata
 from flow_sdk.providers.aws._clients import Clients, error_code, error_message
 from flow_sdk.providers.aws._config import IMDS_ENDPOINT, AwsConfig
 from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
@@ -53,6 +53,7 @@ from flow_sdk.providers.aws._resources import (
     caller_cidr,
     delete_resources,
     ensure_instance_profile,
+    key_path,
     resource_name,
     tag_value,
     tagged_resources,
@@ -71,8 +72,12 @@ from flow_sdk.providers.base import (
     LogStore,
     ObjectStore,
     Provider,
+    SshEndpoint,
 )
 from flow_sdk.spec import TaskSpec
+from flow_sdk.volumes import ebs as flow_ebs
+from flow_sdk.volumes import efs as flow_efs
+from flow_sdk.volumes.errors import VolumeError
 
 _STATES: dict[str, InstanceState] = {"pending": "pending", "running": "running"}
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
@@ -179,22 +184,28 @@ class AwsProvider(Provider):
             problems.append(FieldProblem(_offer_field(exc), str(exc)))
         except CatalogError as exc:
             problems.append(FieldProblem("gpu", str(exc)))
-        if spec.volumes or spec.mounts:
-            problems.append(FieldProblem(
-                "volumes", "the aws provider in this version launches without volumes or "
-                "mounts (EFS volumes are provisioned by flow_sdk.volumes, not yet wired to "
-                "aws); remove them"))
+        if self.simulation is not None:
+            for field, given in (("volumes", spec.volumes), ("mounts", spec.mounts)):
+                if given:
+                    problems.append(FieldProblem(
+                        field, f"the simulated aws cloud runs no node bootstrap, so it cannot "
+                        f"mount {field} (EFS, EBS and S3 mounts need real EC2 nodes); remove "
+                        f"{field}, or use the local provider, which supports them"))
         if spec.image is not None and not _IMAGE_RE.match(spec.image):
             problems.append(FieldProblem(
                 "image", f"{spec.image!r} is not a container image reference such as "
                 "'nvcr.io/nvidia/pytorch:24.05-py3'"))
         else:
             try:
+                volume_mounts = _sample_volume_mounts(spec)
                 self._render_user_data(spec, _SAMPLE_TASK_ID, self.cfg.region,
                                        self.cfg.max_launch_attempts,
                                        {"FLOW_BOOT": json.dumps({"task_id": _SAMPLE_TASK_ID,
                                                                  "provider": self.name})},
-                                       spec.max_run_time_hours, bucket=self._bucket or "b" * 63)
+                                       spec.max_run_time_hours, bucket=self._bucket or "b" * 63,
+                                       volume_mounts=volume_mounts)
+            except VolumeError as exc:
+                problems.append(FieldProblem("volumes", str(exc)))
             except ProviderError as exc:
                 problems.append(FieldProblem("image" if spec.image else "provider_config",
                                              str(exc)))
@@ -202,15 +213,16 @@ class AwsProvider(Provider):
 
     def _render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
                           boot_env: Mapping[str, str], max_run_time_hours: float | None,
-                          *, bucket: str | None = None) -> str:
-        """The user-data of one gang's nodes (and of their replacements)."""
+                          *, bucket: str | None = None, volume_mounts: str = "") -> str:
+        """The user-data of one gang's nodes (and of their replacements); ``volume_mounts``
+        are the bash lines that mount the task's volumes (efs/ebs ``mount_script``)."""
         node_config = self.cfg.for_node(task_id, region, attempt).to_dict()
         node_config["bucket"] = bucket if bucket is not None else self.bucket_name()
         boot_json = _userdata.node_boot_env(boot_env, node_config)
         return _userdata.render_for(
             boot_json, self.cfg.agent_pip, spec.image, spec.gpu is not None,
             spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
-            max_run_time_hours)
+            max_run_time_hours, volume_mounts)
 
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         """The offer ``launch`` tries first (its first zone is chosen at launch), and how many
@@ -229,10 +241,13 @@ class AwsProvider(Provider):
             return free_ports()  # simulated nodes share this machine's port space
         return super().rendezvous_ports()
 
-    def _instance_profile(self) -> tuple[str, bool]:
-        if self._profile is None:
-            self._profile = ensure_instance_profile(self.clients, self.cfg, self.bucket_name(),
-                                                    self.store_tag)
+    def _instance_profile(self, mounts: Sequence[str] = ()) -> tuple[str, bool]:
+        """The nodes' instance profile; a task's S3 mounts add read grants to its policy."""
+        if self._profile is None or mounts:
+            name, fresh = ensure_instance_profile(self.clients, self.cfg, self.bucket_name(),
+                                                  self.store_tag, mounts)
+            fresh = fresh or (self._profile is not None and self._profile[1])
+            self._profile = (name, fresh)
         return self._profile
 
     # -- launch -----------------------------------------------------------------------------
@@ -250,8 +265,9 @@ class AwsProvider(Provider):
         attempts: list[Attempt] = []
         number = 0
         try:
-            profile, fresh = self._instance_profile()
+            profile, fresh = self._instance_profile(sorted(spec.mounts.values()))
             ssh_cidr = caller_cidr(self.cfg)
+            block_names = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
             for offer in offers:
                 if number >= self.cfg.max_launch_attempts:
                     break
@@ -260,13 +276,22 @@ class AwsProvider(Provider):
                     ctx = contexts[offer.region] = RegionContext(
                         self.clients, self.cfg, offer.region, task_id, self.store_tag)
                 zones = ctx.zones_for(offer.instance_type)
+                pinned = self._block_zone(ctx, task_id, block_names)
+                if pinned is not None:
+                    zones = [z for z in zones if z == pinned]
                 if not zones:
-                    attempts.append(Attempt(None, offer, None, "NotOffered", "no availability "
-                                            "zone with a default subnet offers this type"))
+                    where = (f"the block volumes' zone {pinned}" if pinned is not None
+                             else "no availability zone")
+                    attempts.append(Attempt(None, offer, None, "NotOffered", f"{where} with a "
+                                            "default subnet offers this type"))
                     continue
                 for zone in zones:
                     if number >= self.cfg.max_launch_attempts:
                         break
+                    if pinned is None and block_names:  # an earlier try created them
+                        pinned = self._block_zone(ctx, task_id, block_names)
+                        if pinned not in (None, zone):
+                            break
                     number += 1
                     plan = self._attempt_plan(ctx, request, offer, zone, number, efa,
                                               profile, ssh_cidr)
@@ -279,13 +304,14 @@ class AwsProvider(Provider):
                             break
                         continue
                     self._task_regions[task_id] = (offer.region,)
+                    self._attach_block_volumes(ctx, plan, instances)
                     others = {r: c for r, c in contexts.items() if r != offer.region}
                     note = self._abort(task_id, others)  # failed tries' regions: no leftovers
                     if note:
                         warnings.warn(f"task {task_id} launched in {offer.region};{note}",
                                       stacklevel=2)
                     return self._started(request, ctx, instances)
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, VolumeError) as exc:
             note = self._abort(task_id, contexts)
             raise ProviderError(f"launch of task {task_id} failed: {exc}{note}") from exc
         except ProviderError as exc:
@@ -308,15 +334,62 @@ class AwsProvider(Provider):
     def _attempt_plan(self, ctx: RegionContext, request: LaunchRequest, offer: Offer, zone: str,
                       number: int, efa: bool, profile: str, ssh_cidr: str) -> AttemptPlan:
         spec = request.spec
+        subnet_id, security_group = ctx.subnets()[zone], ctx.security_group(ssh_cidr)
+        mounts_sh = self._provision_volumes(ctx, spec, zone, subnet_id, security_group)
         user_data = self._render_user_data(spec, request.task_id, offer.region, number,
-                                           request.boot_env, spec.max_run_time_hours)
+                                           request.boot_env, spec.max_run_time_hours,
+                                           volume_mounts=mounts_sh)
         return AttemptPlan(
             task_id=request.task_id, spec=spec, offer=offer, zone=zone,
-            subnet_id=ctx.subnets()[zone], security_group=ctx.security_group(ssh_cidr),
+            subnet_id=subnet_id, security_group=security_group,
             ami_id=ctx.ami_id(), root_device=ctx.root_device(),
             key_name=ctx.key_name(spec.key_name), instance_profile=profile,
             user_data=user_data, attempt=number, store_tag=self.store_tag, efa=efa,
             placement_group=ctx.placement_group() if efa else None)
+
+    @staticmethod
+    def _block_zone(ctx: RegionContext, task_id: str, names: list[str]) -> str | None:
+        """The zone the task's existing block volumes live in (the node must launch there),
+        None when none exists yet in this region."""
+        zones = {flow_ebs.block_volume_zone(ctx.ec2, name) for name in names} - {None}
+        if len(zones) > 1:
+            raise ProviderError(f"the block volumes {names} of task {task_id} live in "
+                                f"different zones ({sorted(map(str, zones))}) of {ctx.region}; "
+                                "one node can attach them only in one zone")
+        return str(zones.pop()) if zones else None
+
+    def _provision_volumes(self, ctx: RegionContext, spec: TaskSpec, zone: str, subnet_id: str,
+                           security_group: str) -> str:
+        """Before an attempt: the task's EFS file systems (found or created) with a mount
+        target in ``subnet_id`` open to the nodes' group, and its EBS volumes (found or
+        created in ``zone``). Returns the user-data lines that mount them (the block volumes
+        are attached once the node exists: ``_attach_block_volumes``)."""
+        if not spec.volumes:
+            return ""
+        mounts_sh = flow_efs.provision_file_volumes(
+            self.clients.get("efs", ctx.region), ctx.ec2, spec.volumes, subnet_ids=[subnet_id],
+            node_security_group=security_group)
+        blocks = {path: flow_ebs.ensure_block_volume(ctx.ec2, volume, zone)
+                  for path, volume in spec.volumes.items() if volume.interface == "block"}
+        return mounts_sh + flow_ebs.mount_script(blocks)
+
+    def _attach_block_volumes(self, ctx: RegionContext, plan: AttemptPlan,
+                              instances: list[dict[str, Any]]) -> None:
+        """Attach the task's block volumes to its (single) node, at the devices the user-data
+        waits for (``flow_ebs.DEVICES`` in sorted path order)."""
+        blocks = {p: v for p, v in plan.spec.volumes.items() if v.interface == "block"}
+        if not blocks:
+            return
+        if len(instances) != 1:
+            raise ProviderError(f"block volumes attach to one node, but task {plan.task_id} "
+                                f"started {len(instances)}")
+        instance_id = str(instances[0]["InstanceId"])
+        for device, (path, volume) in zip(flow_ebs.DEVICES, sorted(blocks.items())):
+            found = flow_ebs.find_block_volume(ctx.ec2, volume.name)
+            if found is None:
+                raise ProviderError(f"block volume {volume.name!r} for {path} vanished before "
+                                    f"it could be attached to {instance_id}")
+            flow_ebs.attach_block_volume(ctx.ec2, found.volume_id, instance_id, device)
 
     def _started(self, request: LaunchRequest, ctx: RegionContext,
                  instances: list[dict[str, Any]]) -> list[Instance]:
@@ -434,6 +507,57 @@ class AwsProvider(Provider):
                 launched_at=base.launched_at))
         return sorted(details, key=lambda d: d.instance_id)
 
+    # -- ssh ------------------------------------------------------------------------------
+
+    def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
+        """How to reach one node over SSH, its host key pinned: the ed25519 key the node's
+        bootstrap printed to its serial console (``_hostkeys``), read with GetConsoleOutput.
+        The address is the public or private IP (provider_config ``ssh_address``), the user
+        ``ssh_user``, the key the per-task key pair written (0600) at launch, or
+        ``ssh_key_path`` for a user-named key pair. Raises ProviderError saying why when the
+        node cannot be reached yet (no host key published, no address) or at all."""
+        if self.simulation is not None:
+            raise ProviderError(f"node {instance_id} of task {task_id} is a simulated node (a "
+                                "local agent process); the simulated aws cloud runs no sshd")
+        found = [(region, raw) for region, raw in self._describe_in_regions(task_id)
+                 if raw.get("InstanceId") == instance_id]
+        if not found:
+            raise ProviderError(f"task {task_id} has no node {instance_id}")
+        region, raw = found[0]
+        state = str(raw.get("State", {}).get("Name"))
+        if state != "running":
+            raise ProviderError(f"node {instance_id} of task {task_id} is {state}, not running")
+        field = "PublicIpAddress" if self.cfg.ssh_address == "public" else "PrivateIpAddress"
+        host = raw.get(field)
+        if not host:
+            raise ProviderError(f"node {instance_id} has no {self.cfg.ssh_address} IP address; "
+                                "set provider_config ssh_address='private' to dial its VPC "
+                                "address (through a VPN or bastion)")
+        key_file = self._ssh_key_file(task_id, region, raw)
+        try:
+            console = self.clients.get("ec2", region).get_console_output(
+                InstanceId=instance_id, Latest=True)
+        except (ClientError, BotoCoreError) as exc:
+            raise ProviderError(f"could not read the serial console of node {instance_id} for "
+                                f"its SSH host key ({exc}); the caller needs "
+                                "ec2:GetConsoleOutput") from exc
+        host_key = _hostkeys.pinned_host_key(str(console.get("Output") or ""), instance_id)
+        return SshEndpoint(host=str(host), port=22, user=self.cfg.ssh_user, host_key=host_key,
+                           key_path=str(key_file))
+
+    def _ssh_key_file(self, task_id: str, region: str, raw: Mapping[str, Any]) -> Path:
+        key_name = raw.get("KeyName")
+        if key_name == resource_name(task_id):
+            path = key_path(task_id, region)
+            if not path.exists():
+                raise ProviderError(f"the private key of task {task_id} ({path}) is not on this "
+                                    "machine; it is written only where the task was launched")
+            return path
+        if self.cfg.ssh_key_path is None:
+            raise ProviderError(f"node {raw.get('InstanceId')} uses your key pair {key_name!r}; "
+                                "set provider_config ssh_key_path to its private key file")
+        return Path(self.cfg.ssh_key_path).expanduser()
+
     # -- replacing lost nodes (max_restarts), from the deciding node -------------------------
 
     def add_instances(self, request: LaunchRequest, count: int) -> list[Instance]:
@@ -479,7 +603,8 @@ class AwsProvider(Provider):
         gang_subnet, security_group = _network_of(template)
         hours = self._remaining_hours(task_id, spec)
         user_data = self._render_user_data(spec, task_id, region, attempt, request.boot_env,
-                                           hours)
+                                           hours, volume_mounts=self._remount(task_id, spec,
+                                                                              region))
         efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
         zone = str(template["Placement"]["AvailabilityZone"])
         offers = self._replacement_offers(spec, template, region)
@@ -488,8 +613,8 @@ class AwsProvider(Provider):
         def tries() -> Iterator[tuple[Offer, str, str]]:
             for offer in offers:
                 yield offer, zone, gang_subnet
-            if efa:
-                return  # the cluster placement group holds the gang in one zone
+            if efa or spec.volumes:
+                return  # the placement group, or the EFS mount target, is in this zone only
             subnets = ctx.subnets()
             for other in ctx.zones_for(offers[0].instance_type):
                 if other != zone:
@@ -531,6 +656,31 @@ class AwsProvider(Provider):
             f"could not start {count} replacement node(s) for task {task_id}: all "
             f"{len(attempts)} attempt(s) failed:\n{format_attempts(attempts)}\nNothing was "
             "left running, and the running nodes were not touched.")
+
+    def _remount(self, task_id: str, spec: TaskSpec, region: str) -> str:
+        """The mount lines of a replacement node: the gang's EFS file systems, which exist
+        (the launch provisioned them, with mount targets in every zone it tried). A block
+        volume stays with the node it is attached to, so such a task is not replaced."""
+        blocks = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
+        if blocks:
+            raise ProviderError(f"task {task_id} has block volume(s) {blocks}, which attach to "
+                                "one node only; a lost node is not replaced: launch the task "
+                                "again")
+        files = {p: v for p, v in spec.volumes.items() if v.interface == "file"}
+        found: dict[str, flow_efs.FileSystem] = {}
+        efs = self.clients.get("efs", region)
+        for path, volume in files.items():
+            try:
+                fs = flow_efs.find_file_system(efs, volume.name)
+            except VolumeError as exc:
+                raise ProviderError(f"cannot mount {path} on a replacement node of task "
+                                    f"{task_id}: {exc}") from exc
+            if fs is None:
+                raise ProviderError(f"the EFS file system of volume {volume.name!r} ({path}) "
+                                    f"of task {task_id} is gone from {region}; no replacement "
+                                    "node was started")
+            found[path] = fs
+        return flow_efs.mount_script(found)
 
     def _remaining_hours(self, task_id: str, spec: TaskSpec) -> float | None:
         """What is left of the task's runtime cap (replacements must not outlive it)."""
@@ -681,3 +831,14 @@ def _offer_field(exc: OfferNotFoundError) -> str:
     if "Set region" in text:
         return "region"
     return "gpu"
+
+
+def _sample_volume_mounts(spec: TaskSpec) -> str:
+    """Mount lines as long as the real ones will be (longest ids), to size the user-data."""
+    files = {p: flow_efs.FileSystem("fs-" + "f" * 17, v.name, "ap-southeast-3", "available",
+                                    v.size_gb)
+             for p, v in spec.volumes.items() if v.interface == "file"}
+    blocks = {p: flow_ebs.BlockVolume("vol-" + "f" * 17, v.name, "ap-southeast-3a", v.size_gb,
+                                      "available", None)
+              for p, v in spec.volumes.items() if v.interface == "block"}
+    return flow_efs.mount_script(files) + flow_ebs.mount_script(blocks)

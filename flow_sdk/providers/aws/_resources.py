@@ -15,6 +15,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from flow_sdk._config import flow_home
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import Clients, error_code, error_message
 from flow_sdk.providers.aws._config import AwsConfig, check_ssh_cidr
+from flow_sdk.volumes.efs import NFS_GROUP_NAME
+from flow_sdk.volumes.s3mount import S3Location
 
 TAG_TASK = "flow:task-id"
 TAG_ROLE = "flow:role"
@@ -81,8 +84,29 @@ def caller_cidr(config: AwsConfig) -> str:
     return check_ssh_cidr(f"{address}/{address.max_prefixlen}")
 
 
+MOUNT_SID_PREFIX = "ReadMount"
+
+
+def mount_statements(mounts: Sequence[str]) -> list[dict[str, Any]]:
+    """Read-only access for the task's S3 mounts (``s3://bucket/prefix``): ``s3:ListBucket`` on
+    each bucket, limited to the prefix, and ``s3:GetObject`` on the prefix's objects only."""
+    statements: list[dict[str, Any]] = []
+    for uri in sorted(set(mounts)):
+        location = S3Location.parse(uri)
+        sid = MOUNT_SID_PREFIX + hashlib.sha256(str(location).encode()).hexdigest()[:12]
+        listing: dict[str, Any] = {"Sid": f"{sid}List", "Effect": "Allow",
+                                   "Action": "s3:ListBucket",
+                                   "Resource": f"arn:aws:s3:::{location.bucket}"}
+        if location.prefix:
+            listing["Condition"] = {"StringLike": {"s3:prefix": f"{location.prefix}*"}}
+        statements.append(listing)
+        statements.append({"Sid": f"{sid}Get", "Effect": "Allow", "Action": "s3:GetObject",
+                           "Resource": f"arn:aws:s3:::{location.bucket}/{location.prefix}*"})
+    return statements
+
+
 def node_policy(bucket: str, prefix: str, log_group_prefix: str, store_tag: str,
-                role_arn: str) -> dict[str, Any]:
+                role_arn: str, mounts: Sequence[str] = ()) -> dict[str, Any]:
     """What a node may do, and nothing more.
 
     * its store's objects and log groups, and describing instances (discovery);
@@ -116,6 +140,10 @@ def node_policy(bucket: str, prefix: str, log_group_prefix: str, store_tag: str,
          "Action": ["ec2:DescribeInstances", "ec2:DescribeSubnets", "ec2:DescribeVpcs",
                     "ec2:DescribeInstanceTypeOfferings"],
          "Resource": "*"},
+        # a replacement node mounts the task's file volumes: find their EFS file systems
+        {"Sid": "FindFileVolumes", "Effect": "Allow",
+         "Action": "elasticfilesystem:DescribeFileSystems",
+         "Resource": "arn:aws:elasticfilesystem:*:*:file-system/*"},
         {"Sid": "LaunchNodesOfThisStore", "Effect": "Allow", "Action": "ec2:RunInstances",
          "Resource": f"{ec2}:instance/*",
          "Condition": {"StringEquals": {"aws:RequestTag/flow:store": store_tag,
@@ -142,6 +170,7 @@ def node_policy(bucket: str, prefix: str, log_group_prefix: str, store_tag: str,
         {"Sid": "PassTheNodeRoleToEc2", "Effect": "Allow", "Action": "iam:PassRole",
          "Resource": role_arn,
          "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
+        *mount_statements(mounts),
     ]}
 
 
@@ -150,19 +179,30 @@ _TRUST = {"Version": "2012-10-17", "Statement": [{
     "Action": "sts:AssumeRole"}]}
 
 
-def ensure_instance_profile(clients: Clients, config: AwsConfig, bucket: str, store_tag: str
-                            ) -> tuple[str, bool]:
+def ensure_instance_profile(clients: Clients, config: AwsConfig, bucket: str, store_tag: str,
+                            mounts: Sequence[str] = ()) -> tuple[str, bool]:
     """The nodes' instance profile name, and whether this call created it (a new profile
     takes a few seconds to become usable by run_instances). An existing flow-managed profile
-    whose policy differs from ``node_policy`` (an older flow-sdk's) gets the current one."""
+    whose policy differs from ``node_policy`` (an older flow-sdk's) gets the current one.
+
+    ``mounts`` (a task's S3 mount URIs) add read-only grants; one role serves every task of a
+    store, so grants for mounts of earlier tasks are kept (tasks may still be running)."""
     if config.instance_profile is not None:
         return config.instance_profile, False
     digest = hashlib.sha256(f"{bucket}/{config.prefix}".encode()).hexdigest()[:10]
     name = f"flow-sdk-node-{digest}"
     iam = clients.get("iam", config.region)
 
-    def policy(role_arn: str) -> dict[str, Any]:
-        return node_policy(bucket, config.prefix, config.log_group_prefix, store_tag, role_arn)
+    def policy(role_arn: str, current: Any = None) -> dict[str, Any]:
+        wanted = node_policy(bucket, config.prefix, config.log_group_prefix, store_tag,
+                             role_arn, mounts)
+        if isinstance(current, dict):
+            have = {s.get("Sid") for s in wanted["Statement"]}
+            wanted["Statement"].extend(
+                s for s in current.get("Statement", [])
+                if isinstance(s, dict) and str(s.get("Sid", "")).startswith(MOUNT_SID_PREFIX)
+                and s.get("Sid") not in have)
+        return wanted
 
     try:
         try:
@@ -172,14 +212,15 @@ def ensure_instance_profile(clients: Clients, config: AwsConfig, bucket: str, st
                 raise
             roles = []
         if roles:
-            wanted = policy(str(roles[0]["Arn"]))
             try:
                 current = iam.get_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME)
             except ClientError as exc:
                 if error_code(exc) != "NoSuchEntity":
                     raise
                 current = {}
-            if _policy_document(current.get("PolicyDocument")) != wanted:
+            document = _policy_document(current.get("PolicyDocument"))
+            wanted = policy(str(roles[0]["Arn"]), document)
+            if document != wanted:
                 iam.put_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME,
                                     PolicyDocument=json.dumps(wanted))
             return name, False
@@ -441,11 +482,34 @@ def tagged_resources(ec2: Any, task_id: str | None, *, placement_groups: bool
     return found
 
 
+def release_nfs_rules(ec2: Any, group_id: str) -> None:
+    """Revoke the rules of flow's EFS mount-target groups (``flow_sdk.volumes.efs``) that admit
+    NFS from the task's group ``group_id``: a referenced group cannot be deleted. Only that
+    one rule goes; other tasks' rules, and every group flow did not name, are left alone."""
+    groups = ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [NFS_GROUP_NAME]}])["SecurityGroups"]
+    for nfs in groups:
+        for permission in nfs.get("IpPermissions", []):
+            pairs = [p for p in permission.get("UserIdGroupPairs", [])
+                     if p.get("GroupId") == group_id]
+            if not pairs:
+                continue
+            rule = {"IpProtocol": permission["IpProtocol"],
+                    "FromPort": permission.get("FromPort"), "ToPort": permission.get("ToPort"),
+                    "UserIdGroupPairs": [{"GroupId": group_id}]}
+            try:
+                ec2.revoke_security_group_ingress(GroupId=nfs["GroupId"], IpPermissions=[rule])
+            except ClientError as exc:
+                if error_code(exc) != "InvalidPermission.NotFound":  # revoked meanwhile
+                    raise
+
+
 def delete_resources(ec2: Any, region: str, found: dict[str, list[dict[str, Any]]]) -> Cleanup:
     """Delete what ``tagged_resources`` found. A group still used by instances that are
     shutting down is deferred (``flow gc`` removes it later)."""
     result = Cleanup()
     for group in found["security_groups"]:
+        release_nfs_rules(ec2, group["GroupId"])
         try:
             ec2.delete_security_group(GroupId=group["GroupId"])
             result.deleted.append(f"{region} security group {group['GroupId']}")

@@ -36,6 +36,7 @@ class BootstrapInputs:
     interconnect: str  # "ethernet" or "efa"
     mount_paths: tuple[str, ...]  # task volume / mount paths passed into the container
     max_run_time_hours: float | None
+    volume_mounts: str = ""  # bash lines from flow_sdk.volumes.efs/ebs mount_script
 
 
 def template() -> str:
@@ -71,6 +72,7 @@ def render(inputs: BootstrapInputs) -> str:
         "INTERCONNECT": shlex.quote(inputs.interconnect),
         "MOUNT_PATHS": " ".join(shlex.quote(p) for p in inputs.mount_paths),
         "SHUTDOWN_MINUTES": str(shutdown),
+        "VOLUME_MOUNTS": inputs.volume_mounts.rstrip("\n") or ":",
     }
 
     def fill(match: re.Match[str]) -> str:
@@ -111,7 +113,7 @@ def interconnect_of(value: str | None) -> str:
 
 def render_for(boot_json: str, agent_pip: str, image: str | None, gpus: bool,
                interconnect: str | None, paths: Sequence[str],
-               max_run_time_hours: float | None) -> str:
+               max_run_time_hours: float | None, volume_mounts: str = "") -> str:
     """Shorthand for ``render(BootstrapInputs(...))``."""
     return render(BootstrapInputs(boot_json, agent_pip, image, gpus, interconnect_of(interconnect),
-                                  tuple(paths), max_run_time_hours))
+                                  tuple(paths), max_run_time_hours, volume_mounts))

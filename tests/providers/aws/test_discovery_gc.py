@@ -176,7 +176,8 @@ def test_config_is_json_safe_and_credential_free(aws: AwsWorld) -> None:
     ({"gpu": "h100:8", "max_price_per_hour": 1.0}, "max_price_per_hour", "raise"),
     ({"gpu": "h100:8", "region": "mars-east-1"}, "region", "not in the AWS instance catalog"),
     ({"gpu": "t4:1", "internode_interconnect": "efa"}, "internode_interconnect", "EFA"),
-    ({"volumes": {"/shared/x": {"name": "x"}}}, "volumes", "remove them"),
+    ({"volumes": {f"/v{n}": {"name": f"v{n}", "interface": "block"} for n in range(12)}},
+     "volumes", "at most 11 block volumes"),
     ({"image": "bad image!"}, "image", "container image reference"),
 ])
 def test_check_names_the_field_and_the_fix(aws: AwsWorld, options: dict[str, Any], field: str,

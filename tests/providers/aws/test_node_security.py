@@ -53,7 +53,7 @@ def test_node_policy_grants_only_what_nodes_call() -> None:
         "logs:PutRetentionPolicy", "logs:TagResource", "logs:DescribeLogStreams",
         "logs:GetLogEvents",
         "ec2:DescribeInstances", "ec2:DescribeSubnets", "ec2:DescribeVpcs",
-        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypeOfferings", "elasticfilesystem:DescribeFileSystems",
         "ec2:RunInstances", "ec2:RunInstances", "ec2:RunInstances", "ec2:RunInstances",
         "ec2:CreateTags", "ec2:TerminateInstances", "iam:PassRole"])
     assert not any("*" in a for a in actions)  # no wildcard actions

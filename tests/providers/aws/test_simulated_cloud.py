@@ -22,7 +22,6 @@ from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, protocol
 from flow_sdk.protocol import LaunchRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._simulate import FakeImds
-from flow_sdk.providers.base import Provider
 
 pytestmark = pytest.mark.slow
 
@@ -222,9 +221,6 @@ def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
     assert not any(SECRET_KEY in text or SECRET_KEY[:20] in text for text in scanned)
 
 
-@pytest.mark.skipif(not hasattr(Provider, "interruption_notice"),
-                    reason="the node agent polls Provider.interruption_notice once the base "
-                           "interface has it (the lead's change to base.py and agent/main.py)")
 def test_a_spot_interruption_notice_replaces_the_node(aws: AwsWorld) -> None:
     # The leader gets the notice: it hosts the generation's store, decides its own
     # replacement, and terminates itself last.

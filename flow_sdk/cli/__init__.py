@@ -674,3 +674,31 @@ def catalog_refresh(regions: tuple[str, ...], as_json: bool) -> None:
                f"{len(report.spot)} spot prices")
     if report.missing:
         click.echo("no on-demand price found for: " + ", ".join(data["missing"]), err=True)
+
+
+# -- doctor -------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("task_ref", metavar="TASK")
+@click.option("--timeout", type=float, default=3.0, show_default=True,
+              help="Seconds each connection attempt may take.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def doctor(task_ref: str, timeout: float, as_json: bool) -> None:
+    """Check that every node of a running task reaches every other node (their SSH ports) and
+    the leader's rendezvous port. Exits 1 when a pair cannot talk."""
+    from flow_sdk.doctor import check_task
+
+    checks = check_task(_task(task_ref), timeout_s=timeout)
+    if as_json:
+        emit_json([dataclasses.asdict(c) for c in checks])
+    else:
+        for check in checks:
+            if check.ok:
+                click.echo(f"node {check.node} ({check.address}): reaches every peer")
+            elif check.error is not None:
+                click.echo(f"node {check.node} ({check.address}): {check.error}")
+            else:
+                for line in check.failures:
+                    click.echo(f"node {check.node} ({check.address}) cannot reach {line}")
+    sys.exit(EXIT_OK if all(c.ok for c in checks) else EXIT_FAILED)

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
+import pytest
+
+from flow_sdk.providers._sshd import pids_with_env
+
 
 def processes_with_env(key: str, value: str) -> list[int]:
-    """PIDs of processes (other than this one) whose environment has ``key=value``."""
-    needle = f"{key}={value}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if state != "Z" and needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    """PIDs of live processes (other than this one) whose environment has ``key=value``."""
+    return pids_with_env(key, [value])
+
+
+def fake_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake credentials and no real AWS configuration in this process's environment (local
+    nodes inherit it), so nothing can reach a real account."""
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL",
+                "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
 
 
 def wait_until(predicate: object, timeout: float, what: str, interval: float = 0.05) -> None:

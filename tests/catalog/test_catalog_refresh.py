@@ -72,3 +72,32 @@ def test_refresh_writes_a_user_catalog_that_overrides_the_packaged_one(aws_env: 
                         catalog=load_catalog())[0]
     assert (offer.instance_type, offer.usd_per_hour) == ("p5.48xlarge", 31.4159)
     assert "AWS Price List API" in load_catalog().source
+
+
+def test_cli_catalog_refresh_writes_the_user_catalog(aws_env: None,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from flow_sdk.cli import main
+
+    wanted = sorted({(e.instance.name, e.region) for e in load_catalog().entries
+                     if e.region == "eu-west-1"})
+    real = boto3.Session(region_name="us-east-1")
+    pricing = real.client("pricing", region_name="us-east-1")
+
+    class Session:
+        def client(self, name: str, region_name: str) -> object:
+            return pricing if name == "pricing" else real.client(name, region_name=region_name)
+
+    monkeypatch.setattr(boto3, "Session", lambda: Session())
+    with mock_aws(), Stubber(pricing) as stub:
+        for instance_type, region in wanted:
+            stub.add_response("get_products", {"PriceList": [_product("2000.0")],
+                                               "FormatVersion": "v"},
+                              {"ServiceCode": "AmazonEC2", "Filters": _filters(instance_type, region)})
+        result = CliRunner().invoke(main, ["catalog", "refresh", "--region", "eu-west-1", "--json"])
+        stub.assert_no_pending_responses()
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["on_demand_prices"] == len(wanted) and data["missing"] == []
+    assert Path(data["written_to"]) == Path(os.environ["FLOW_HOME"]) / "catalog" / "aws_instances.csv"

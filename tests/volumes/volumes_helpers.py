@@ -18,10 +18,10 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from flow_testing import fake_aws_environment, processes_with_env, wait_until
 from moto.server import ThreadedMotoServer
 
 from flow_sdk.volumes.namespace import private_root_supported
-from flow_testing import processes_with_env, wait_until
 
 MIB = 1024 * 1024
 BIG_KEY = "big/multipart.bin"
@@ -114,14 +114,7 @@ def s3_data(moto_s3_url: str) -> dict[str, Any]:
 def s3_env(moto_s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """Fake credentials and the moto endpoint in this process's environment (local nodes
     inherit it); returns the endpoint URL."""
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    fake_aws_environment(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_s3_url)
     return moto_s3_url
 

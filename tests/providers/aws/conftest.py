@@ -27,6 +27,7 @@ from aws_moto_world import (
     publish_dlami,
     wire_recording,
 )
+from flow_testing import fake_aws_environment
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
 from moto.server import ThreadedMotoServer
@@ -87,14 +88,7 @@ def _moto_gaps() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def aws(moto_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsWorld]:
     """A fresh moto world with fake credentials in this process's environment."""
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    fake_aws_environment(monkeypatch, tmp_path)
     urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"),
                            timeout=10).read()
     PLACEMENT_GROUPS.clear()

@@ -3,13 +3,17 @@
     python bench/data.py
 
 (a) rows/s into torch batches on the same parquet data (>= 1 GiB in memory):
-    ours   DataConnector.from_parquet(dir).to_torch_dataset(batch_size): float32 per batch,
-           zero-copy Arrow -> numpy -> torch
-    naive  pq.read_table(dir).to_pandas() -> df.values -> torch.tensor(slice) per batch
-    raw    the pyarrow read ceiling: iterate record batches from the files, touching nothing
-           (the faster of a per-row-group dataset scan and ParquetFile.iter_batches)
+    ours      DataConnector.from_parquet(dir).to_torch_dataset(batch_size): float32 per batch
+              (the lean default), zero-copy Arrow -> numpy -> torch
+    ours_f64  the same with cast_float64=False: float64 kept, the ceiling's own dtype
+    naive     pq.read_table(dir).to_pandas() -> df.values -> torch.tensor(slice) per batch
+    raw       the pyarrow read ceiling: iterate record batches from the files, touching nothing
+              (the faster of a per-row-group dataset scan and ParquetFile.iter_batches)
     raw_cast  for information: the same scan with the float64 -> float32 cast as its only work,
-           the least any lean (float32) path must do
+              the least any float32 path must do
+    raw_torch for information: the same scan, each column handed to torch zero-copy and cut
+              into batch_size-row tensors, nothing else: the least any path that yields
+              {column: tensor} batches must do (no cast, no batch crosses a read)
 (b) peak RSS of building the xgboost training matrix, each in a fresh subprocess:
     ours   build_quantile_dmatrix(connector, features, "label")  (DataIter -> QuantileDMatrix)
     naive  xgboost.DMatrix(pandas float64 frame, label=...)
@@ -31,7 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +66,32 @@ def feature_names(cols: int) -> list[str]:
     return [f"f{j:02d}" for j in range(cols)]
 
 
-def generate(directory: Path, rows: int, cols: int, files: int, row_group_rows: int) -> None:
+def feature_columns(block: np.ndarray, kind: str) -> list[np.ndarray]:
+    """The float64 feature columns of one row group.
+
+    ``random``: standard normal doubles, incompressible and plain-encoded, so decoding is
+    little more than a copy (the hardest case for any path that does work per value).
+    ``typical``: what tabular feature tables tend to hold: prices with 2 decimals, small
+    counts, measurements with 4 decimals; zstd-compressed and partly dictionary-encoded.
+    """
+    if kind == "random":
+        return [block[:, j] for j in range(block.shape[1])]
+    shapes = (
+        lambda x: np.round(x * 100) / 100,
+        lambda x: np.round(np.abs(x) * 10),
+        lambda x: np.round(x, 4),
+    )
+    return [shapes[j % 3](block[:, j]) for j in range(block.shape[1])]
+
+
+def generate(
+    directory: Path, rows: int, cols: int, files: int, row_group_rows: int, kind: str
+) -> None:
     """``files`` parquet files of float64 features and an int64 label, several row groups each."""
     rng = np.random.default_rng(0)
     names = feature_names(cols)
     per_file = rows // files
+    compression = "snappy" if kind == "random" else "zstd"
     for index in range(files):
         count = per_file if index < files - 1 else rows - per_file * (files - 1)
         path = directory / f"part-{index:03d}.parquet"
@@ -73,11 +99,11 @@ def generate(directory: Path, rows: int, cols: int, files: int, row_group_rows: 
         for start in range(0, count, row_group_rows):
             n = min(row_group_rows, count - start)
             block = rng.standard_normal((n, cols))
-            columns = {name: block[:, j] for j, name in enumerate(names)}
+            columns = dict(zip(names, feature_columns(block, kind), strict=True))
             label = (block[:, 0] + 0.5 * block[:, 1] > 0).astype(np.int64)
             table = pa.table({**columns, "label": label})
             if writer is None:
-                writer = pq.ParquetWriter(path, table.schema)
+                writer = pq.ParquetWriter(path, table.schema, compression=compression)
             writer.write_table(table, row_group_size=row_group_rows)
         assert writer is not None
         writer.close()
@@ -94,13 +120,18 @@ def warm(directory: Path) -> None:
 # (a) rows/s into torch batches ---------------------------------------------------------------
 
 
-def run_ours(directory: Path, batch_size: int) -> int:
+def run_ours(directory: Path, batch_size: int, cast_float64: bool = True) -> int:
     from flow_sdk.data import DataConnector
 
     rows = 0
-    for batch in DataConnector.from_parquet(directory).to_torch_dataset(batch_size):
+    connector = DataConnector.from_parquet(directory)
+    for batch in connector.to_torch_dataset(batch_size, cast_float64=cast_float64):
         rows += int(batch["label"].shape[0])
     return rows
+
+
+def run_ours_f64(directory: Path, batch_size: int) -> int:
+    return run_ours(directory, batch_size, cast_float64=False)
 
 
 def run_naive(directory: Path, batch_size: int) -> int:
@@ -115,7 +146,9 @@ def run_naive(directory: Path, batch_size: int) -> int:
     return rows
 
 
-def run_raw_scan(directory: Path, batch_size: int, cast: bool = False) -> int:
+def scan_batches(directory: Path, cast: bool = False) -> Iterator[pa.RecordBatch]:
+    """Record batches of every row group, with the same scan settings as the connector's
+    reader (minus its float32 projection unless ``cast``)."""
     import pyarrow.dataset as pds
     import pyarrow.fs as pafs
 
@@ -125,7 +158,6 @@ def run_raw_scan(directory: Path, batch_size: int, cast: bool = False) -> int:
     options = pds.ParquetFragmentScanOptions(
         use_buffered_stream=True, buffer_size=1 << 20, pre_buffer=False
     )
-    rows = 0
     for path in sorted(directory.glob("*.parquet")):
         fragment = parquet.make_fragment(str(path), filesystem=local)
         projection = None
@@ -137,19 +169,38 @@ def run_raw_scan(directory: Path, batch_size: int, cast: bool = False) -> int:
                 for field in fragment.physical_schema
             }
         for row_group in range(fragment.metadata.num_row_groups):
-            for batch in fragment.subset(row_group_ids=[row_group]).to_batches(
+            yield from fragment.subset(row_group_ids=[row_group]).to_batches(
                 columns=projection,
                 batch_size=65_536,
                 batch_readahead=4,
                 fragment_scan_options=options,
                 use_threads=True,
-            ):
-                rows += batch.num_rows
-    return rows
+            )
+
+
+def run_raw_scan(directory: Path, batch_size: int) -> int:
+    return sum(batch.num_rows for batch in scan_batches(directory))
 
 
 def run_raw_cast(directory: Path, batch_size: int) -> int:
-    return run_raw_scan(directory, batch_size, cast=True)
+    return sum(batch.num_rows for batch in scan_batches(directory, cast=True))
+
+
+def run_raw_torch(directory: Path, batch_size: int) -> int:
+    import torch
+
+    rows = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch on read-only Arrow memory
+        for batch in scan_batches(directory):
+            names = batch.schema.names
+            columns = [
+                torch.from_numpy(column.to_numpy(zero_copy_only=True)).split(batch_size)
+                for column in batch.columns
+            ]
+            for pieces in zip(*columns, strict=True):
+                rows += int(dict(zip(names, pieces, strict=True))["label"].shape[0])
+    return rows
 
 
 def run_raw_iter(directory: Path, batch_size: int) -> int:
@@ -162,32 +213,47 @@ def run_raw_iter(directory: Path, batch_size: int) -> int:
 
 Runs = dict[str, dict[str, list[float]]]
 
+BATCH_PATHS: dict[str, Callable[[Path, int], int]] = {
+    "ours": run_ours,
+    "ours_f64": run_ours_f64,
+    "raw_torch": run_raw_torch,
+}
+READ_PATHS: dict[str, Callable[[Path, int], int]] = {
+    "raw_scan": run_raw_scan,
+    "raw_iter": run_raw_iter,
+    "raw_cast": run_raw_cast,
+}
+CEILINGS = ("raw_scan", "raw_iter")
 
-def throughput(directory: Path, rows: int, batch_size: int, rounds: int) -> Runs:
-    """Wall and CPU seconds (all threads of this process) of every path, rounds interleaved."""
-    paths: dict[str, Callable[[Path, int], int]] = {
-        "ours": run_ours,
-        "naive": run_naive,
-        "raw_scan": run_raw_scan,
-        "raw_iter": run_raw_iter,
-        "raw_cast": run_raw_cast,
+
+def throughput(directory: Path, rows: int, batch_sizes: list[int], rounds: int) -> Runs:
+    """Wall and CPU seconds (all threads of this process) of every path, rounds interleaved.
+
+    Paths that cut torch batches run once per batch size, named ``path@size``; the naive
+    path runs at the first batch size only.
+    """
+    paths: dict[str, tuple[Callable[[Path, int], int], int]] = {
+        f"naive@{batch_sizes[0]}": (run_naive, batch_sizes[0])
     }
+    for size in batch_sizes:
+        paths.update({f"{name}@{size}": (run, size) for name, run in BATCH_PATHS.items()})
+    paths.update({name: (run, batch_sizes[0]) for name, run in READ_PATHS.items()})
     times: Runs = {"wall": {name: [] for name in paths}, "cpu": {name: [] for name in paths}}
     for round_index in range(rounds):
-        for name, run in paths.items():
-            if name == "naive" and round_index >= NAIVE_ROUNDS:
+        for name, (run, size) in paths.items():
+            if name.startswith("naive") and round_index >= NAIVE_ROUNDS:
                 continue  # 10-30x slower than the rest: a few runs bound its best time well
             warm(directory)
             gc.collect()
             start, start_cpu = time.perf_counter(), time.process_time()
-            seen = run(directory, batch_size)
+            seen = run(directory, size)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
             if seen != rows:
                 raise AssertionError(f"{name} saw {seen} rows, expected {rows}")
             times["wall"][name].append(elapsed)
             times["cpu"][name].append(cpu)
             print(
-                f"  round {round_index + 1}/{rounds} {name:9s} {elapsed:7.3f} s wall "
+                f"  round {round_index + 1}/{rounds} {name:15s} {elapsed:7.3f} s wall "
                 f"{cpu:7.3f} s cpu",
                 flush=True,
             )
@@ -275,6 +341,10 @@ def machine() -> str:
     )
 
 
+def verdict(value: float, target: float) -> str:
+    return "met" if value >= target else "MISSED"
+
+
 def report(
     args: argparse.Namespace,
     data_bytes: int,
@@ -283,63 +353,69 @@ def report(
     machine_line: str,
     wall_s: float,
 ) -> str:
-    rows = args.rows
+    rows, sizes = args.rows, args.batch_sizes
     wall, cpu = times["wall"], times["cpu"]
     best = {name: min(values) for name, values in wall.items()}
     best_cpu = {name: min(values) for name, values in cpu.items()}
-    raw_name = min(("raw_scan", "raw_iter"), key=lambda name: best[name])
-    raw_cpu_name = min(("raw_scan", "raw_iter"), key=lambda name: best_cpu[name])
-    rate = {name: rows / seconds for name, seconds in best.items()}
-    rate_cpu = {name: rows / seconds for name, seconds in best_cpu.items()}
-    vs_naive = rate["ours"] / rate["naive"]
-    vs_raw = rate["ours"] / rate[raw_name]
-    vs_naive_cpu = rate_cpu["ours"] / rate_cpu["naive"]
-    vs_raw_cpu = rate_cpu["ours"] / rate_cpu[raw_cpu_name]
-    vs_cast = rate["ours"] / rate["raw_cast"]
-    vs_cast_cpu = rate_cpu["ours"] / rate_cpu["raw_cast"]
+    raw = min(CEILINGS, key=lambda name: best[name])
+    raw_cpu = min(CEILINGS, key=lambda name: best_cpu[name])
+
+    def of_raw(name: str) -> float:
+        return best[raw] / best[name]
+
+    def of_raw_cpu(name: str) -> float:
+        return best_cpu[raw_cpu] / best_cpu[name]
+
+    first = sizes[0]
+    vs_naive = best[f"naive@{first}"] / best[f"ours@{first}"]
     mem_ratio = mem["naive"]["peak_mib"] / mem["ours"]["peak_mib"]
-
-    def verdict(value: float, target: float) -> str:
-        return "met" if value >= target else "MISSED"
-
-    lines = [
-        "| measurement | ours | naive | raw read ceiling | ratio | target | |",
-        "|---|---:|---:|---:|---:|---:|---|",
+    targets = [
+        "| target | measured | |",
+        "|---|---:|---|",
         (
-            f"| (a) rows/s into torch batches (wall, best of {args.rounds}; naive "
-            f"{min(args.rounds, NAIVE_ROUNDS)}) | "
-            f"{rate['ours'] / 1e6:.2f} M | {rate['naive'] / 1e6:.2f} M | "
-            f"{rate[raw_name] / 1e6:.2f} M ({raw_name}) | {vs_naive:.1f}x naive; "
-            f"{vs_raw:.0%} of ceiling | >= {TARGET_NAIVE:.0f}x; >= {TARGET_CEILING:.0%} | "
-            f"{verdict(vs_naive, TARGET_NAIVE)}; {verdict(vs_raw, TARGET_CEILING)} |"
-        ),
-        (
-            f"| (a) rows per CPU-second (all threads, same runs) | "
-            f"{rate_cpu['ours'] / 1e6:.2f} M | {rate_cpu['naive'] / 1e6:.2f} M | "
-            f"{rate_cpu[raw_cpu_name] / 1e6:.2f} M ({raw_cpu_name}) | "
-            f"{vs_naive_cpu:.1f}x naive; {vs_raw_cpu:.0%} of ceiling | same | "
-            f"{verdict(vs_naive_cpu, TARGET_NAIVE)}; {verdict(vs_raw_cpu, TARGET_CEILING)} |"
-        ),
-        (
-            f"| (a) ours / the read + float32 cast alone (raw_cast), wall; cpu | "
-            f"| | {rate['raw_cast'] / 1e6:.2f} M | {vs_cast:.0%}; {vs_cast_cpu:.0%} | | info |"
-        ),
-        (
-            f"| (b) peak RSS building the xgboost matrix | {mem['ours']['peak_mib']:.0f} MiB | "
-            f"{mem['naive']['peak_mib']:.0f} MiB | | {mem_ratio:.1f}x lower | "
-            f">= {TARGET_MEMORY}x | {verdict(mem_ratio, TARGET_MEMORY)} |"
+            f"| (a) ours >= {TARGET_NAIVE:.0f}x the naive torch path (batch {first}, wall) | "
+            f"{vs_naive:.1f}x | {verdict(vs_naive, TARGET_NAIVE)} |"
         ),
     ]
-    detail = [
-        "| path | best wall s | median wall s | best cpu s | wall s, each run |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for name in ("ours", "naive", "raw_scan", "raw_iter", "raw_cast"):
-        runs = ", ".join(f"{t:.3f}" for t in wall[name])
-        detail.append(
-            f"| {name} | {best[name]:.3f} | {statistics.median(wall[name]):.3f} | "
-            f"{best_cpu[name]:.3f} | {runs} |"
+    for size in sizes:
+        ours = f"ours@{size}"
+        targets.append(
+            f"| (a) ours (default: float32) >= {TARGET_CEILING:.0%} of the raw read ceiling, "
+            f"batch {size}: wall; cpu | {of_raw(ours):.0%}; {of_raw_cpu(ours):.0%} | "
+            f"{verdict(of_raw(ours), TARGET_CEILING)}; "
+            f"{verdict(of_raw_cpu(ours), TARGET_CEILING)} |"
         )
+    targets.append(
+        f"| (b) peak RSS building the xgboost matrix >= {TARGET_MEMORY}x lower than naive | "
+        f"{mem_ratio:.1f}x ({mem['ours']['peak_mib']:.0f} vs {mem['naive']['peak_mib']:.0f} "
+        f"MiB) | {verdict(mem_ratio, TARGET_MEMORY)} |"
+    )
+    outputs = {
+        "ours": "float32 tensors",
+        "ours_f64": "float64 tensors",
+        "raw_torch": "float64 tensors",
+        "naive": "float64 tensors",
+        "raw_scan": "Arrow float64",
+        "raw_iter": "Arrow float64",
+        "raw_cast": "Arrow float32",
+    }
+    table = [
+        (
+            "| path | batch | output | best wall s | median wall s | best cpu s | M rows/s "
+            "| of raw ceiling (wall; cpu) |"
+        ),
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in wall:
+        base, _, size = name.partition("@")
+        label = f"{base} (ceiling)" if name == raw else base
+        table.append(
+            f"| {label} | {size or '-'} | {outputs[base]} | {best[name]:.3f} | "
+            f"{statistics.median(wall[name]):.3f} | {best_cpu[name]:.3f} | "
+            f"{rows / best[name] / 1e6:.2f} | {of_raw(name):.0%}; {of_raw_cpu(name):.0%} |"
+        )
+    detail = ["| path | wall s, each run (interleaved) |", "|---|---|"]
+    detail += [f"| {name} | {', '.join(f'{t:.3f}' for t in wall[name])} |" for name in wall]
     detail_mem = [
         (
             "| child | matrix | rows x cols | peak above baseline MiB | resident after build MiB "
@@ -353,69 +429,40 @@ def report(
             f"| {kind} | {m['type']} | {m['rows']} x {m['cols']} | {m['peak_mib']:.0f} | "
             f"{m['after_mib']:.0f} | {m['build_s']:.1f} |"
         )
-    summary = "\n".join(lines)
-    print()
-    print(summary)
-    print()
-    print("\n".join(detail))
-    print()
-    print("\n".join(detail_mem))
+    for block in (targets, table, detail, detail_mem):
+        print()
+        print("\n".join(block))
+    command = " ".join(["python bench/data.py", *sys.argv[1:]])
+    naive_rounds = min(args.rounds, NAIVE_ROUNDS)
     return "\n".join(
         [
-            "## Data connector (flow_sdk.data)",
+            f"### Data connector, {args.data_kind} data",
             "",
-            "Command: `python bench/data.py`"
-            + (f" (run as `{' '.join(sys.argv)}`)" if len(sys.argv) > 1 else ""),
+            f"Command: `{command}`",
             "",
             (
-                f"Data: {rows:,} rows x {args.cols} float64 features + int64 label in "
-                f"{args.files} parquet files (snappy), row groups of {args.row_group_rows:,} rows; "
-                f"{data_bytes / 2**30:.2f} GiB as Arrow in memory. Torch batch size "
-                f"{args.batch_size}. Machine: {machine_line}. Whole run {wall_s:.0f} s."
+                f"Data ({args.data_kind}): {rows:,} rows x {args.cols} float64 features + int64 "
+                f"label in {args.files} parquet files, row groups of {args.row_group_rows:,} "
+                f"rows; {data_bytes / 2**30:.2f} GiB as Arrow in memory. Machine: "
+                f"{machine_line}. Whole run {wall_s:.0f} s."
             ),
             "",
-            summary,
+            *targets,
             "",
-            "Runs of (a), interleaved, page cache warmed before each:",
+            (
+                f"(a) best of {args.rounds} interleaved rounds (naive: {naive_rounds}), page "
+                "cache warmed before each run; the ceiling is the faster raw read:"
+            ),
+            "",
+            *table,
             "",
             *detail,
             "",
             "(b), each child a fresh process:",
             "",
             *detail_mem,
-            "",
-            NOTES,
         ]
     )
-
-
-NOTES = """\
-Notes:
-
-- How our path reads: one row group per scan through `pyarrow.dataset`, streamed through 1 MiB
-  buffers, with the float64 -> float32 cast as a scan projection (evaluated per batch on
-  Arrow's threads); then numpy views of the float32 buffers and `torch.from_numpy`, and torch
-  batches are `torch.split` views of each read batch. Profiling an earlier version found
-  `ParquetFile.iter_batches` over a whole file pre-buffering the file (about 1.2 GiB of Arrow
-  memory here) and the per-column cast on the Python thread; both were replaced.
-- Why (a) stays below the raw read ceiling: the ceiling only decodes (for this plain-encoded,
-  incompressible float64 data that is little more than a copy), while our path must also
-  write every value once more as float32 (the lean cast: a second pass over about 1.1 GiB,
-  about as much memory traffic as the decode itself) and hand each batch to Python (numpy
-  views, `torch.from_numpy`, `torch.split`). `raw_cast` is that cast alone with nothing else:
-  ours against it shows what our Python side costs; raw against raw_cast shows the cast.
-  No copy is left to remove: the float32 buffers reach torch as they are (the tests check
-  the pointers). Opting out with `cast_float64=False` skips the cast and the float32 halving.
-- (b) Our peak is about the QuantileDMatrix itself (xgboost alone needs about 430-480 MiB
-  to build one of this shape from float32 numpy batches) plus a few read batches; the naive
-  path holds the Arrow table, the pandas frame and the DMatrix's own copy. Build time is
-  dominated by xgboost's quantile sketch (QuantileDMatrix from numpy takes about as long);
-  the iterator reads the parquet data once per xgboost pass (4 passes).
-- The machine is shared and its load varies (see the load average above): wall times of the
-  same path differ by 2-5x between rounds. Rounds are interleaved and the best run of each
-  path is compared; CPU seconds (all threads of the process) are less sensitive to other
-  processes but still move with cache and memory-bandwidth contention.
-"""
 
 
 def main() -> None:
@@ -424,8 +471,14 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=24)
     parser.add_argument("--files", type=int, default=3)
     parser.add_argument("--row-group-rows", type=int, default=500_000)
-    parser.add_argument("--batch-size", type=int, default=4_096)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--batch-sizes",
+        type=lambda text: [int(part) for part in text.split(",")],
+        default=[4_096, 65_536],
+        help="torch batch sizes, comma-separated; the first is also the naive path's",
+    )
+    parser.add_argument("--data-kind", choices=["random", "typical"], default="random")
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--data", type=Path, help="reuse (or keep) the dataset in this dir")
     parser.add_argument("--child", choices=["ours", "naive"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -441,10 +494,12 @@ def main() -> None:
         if not any(directory.glob("*.parquet")):
             directory.mkdir(parents=True, exist_ok=True)
             print(f"writing {args.rows:,} x {args.cols + 1} rows to {directory} ...", flush=True)
-            generate(directory, args.rows, args.cols, args.files, args.row_group_rows)
+            generate(
+                directory, args.rows, args.cols, args.files, args.row_group_rows, args.data_kind
+            )
         data_bytes = (args.cols + 1) * 8 * args.rows
         print("(a) rows/s into torch batches", flush=True)
-        times = throughput(directory, args.rows, args.batch_size, args.rounds)
+        times = throughput(directory, args.rows, args.batch_sizes, args.rounds)
         print("(b) peak RSS building the xgboost training matrix", flush=True)
         mem = memory(directory, args.cols)
         print(report(args, data_bytes, times, mem, machine_line, time.perf_counter() - started))

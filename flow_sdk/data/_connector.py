@@ -169,14 +169,17 @@ class DataConnector:
         *,
         drop_last: bool = False,
         shuffle_buffer_rows: int | None = None,
-        prefetch: int = 2,
+        prefetch: int = 0,
     ) -> ArrowTorchDataset:
         """A ``torch.utils.data.IterableDataset`` yielding ``{column: tensor}`` per batch.
 
         Use it with ``DataLoader(ds, batch_size=None)``, since it already yields batches. See
         :class:`~flow_sdk.data._torch.ArrowTorchDataset` for shuffling, DataLoader workers,
-        and memory sharing. ``prefetch`` batches are prepared in a background thread (0 turns
-        the thread off).
+        and memory sharing. Arrow always decodes a few read batches ahead on its own threads;
+        ``prefetch=N`` also moves the Python side of batch making (numpy views, tensor
+        slicing, shuffling) to a background thread, N read batches ahead. It is off by
+        default: on a 2-core machine it made a small CPU training loop no faster, or slower
+        with shuffling, the threads contending for the GIL and the cores.
         """
         from flow_sdk.data._torch import make_torch_dataset
 

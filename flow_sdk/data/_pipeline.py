@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -94,10 +95,22 @@ def rebatch_generic(
         yield join(pending)
 
 
+def _whole_run(batch: pa.RecordBatch, start: int, count: int, size: int) -> list[pa.RecordBatch]:
+    return [batch.slice(start, count * size)]
+
+
 def rebatch(
-    batches: Iterable[pa.RecordBatch], batch_size: int, *, drop_last: bool = False
+    batches: Iterable[pa.RecordBatch],
+    batch_size: int,
+    *,
+    drop_last: bool = False,
+    whole_runs: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Re-cut record batches into batches of exactly ``batch_size`` rows (see above)."""
+    """Re-cut record batches into batches of exactly ``batch_size`` rows (see above).
+
+    With ``whole_runs`` each run of whole batches inside one input comes out as one zero-copy
+    slice instead (its length a multiple of ``batch_size``); see :func:`align`.
+    """
     return rebatch_generic(
         batches,
         batch_size,
@@ -105,7 +118,20 @@ def rebatch(
         cut=lambda batch, start, stop: batch.slice(start, stop - start),
         join=concat_record_batches,
         drop_last=drop_last,
+        split=_whole_run if whole_runs else None,
     )
+
+
+def align(batches: Iterable[pa.RecordBatch], batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Re-cut record batches so that each holds a whole number of ``batch_size`` rows.
+
+    Only the last may hold fewer. Runs of whole batches inside one input are zero-copy slices;
+    a batch that straddles two inputs is concatenated in Arrow's memory pool, which reuses
+    its pages (a tensor concatenation allocates fresh, page-faulting memory each time).
+    Converting the aligned batches and splitting them into ``batch_size`` pieces then needs
+    no further copy.
+    """
+    return rebatch(batches, batch_size, whole_runs=True)
 
 
 class _Failure:
@@ -171,8 +197,29 @@ class Prefetcher(Generic[T]):
             self._thread.join()
 
 
-def prefetch(produce: Callable[[], Iterator[T]], depth: int) -> Iterator[T]:
-    """Iterate ``produce()`` through a :class:`Prefetcher` (``depth`` 0 runs it inline)."""
+def _groups(items: Iterator[T], size: int) -> Iterator[list[T]]:
+    while group := list(itertools.islice(items, size)):
+        yield group
+
+
+def _ungrouped(prefetcher: Prefetcher[list[T]]) -> Iterator[T]:
+    try:
+        for group in prefetcher:
+            yield from group
+    finally:
+        prefetcher.close()
+
+
+def prefetch(produce: Callable[[], Iterator[T]], depth: int, group: int = 1) -> Iterator[T]:
+    """Iterate ``produce()`` through a :class:`Prefetcher` (``depth`` 0 runs it inline).
+
+    The thread hands items over ``group`` at a time, and up to ``depth`` groups wait: one
+    hand-off per group instead of per item keeps the two threads' locking off the hot path.
+    """
     if depth == 0:
         return produce()
-    return iter(Prefetcher(produce, depth))
+    if group < 1:
+        raise ValueError(f"prefetch group must be at least 1, got {group}")
+    if group == 1:
+        return iter(Prefetcher(produce, depth))
+    return _ungrouped(Prefetcher(lambda: _groups(produce(), group), depth))

@@ -16,8 +16,8 @@ import numpy as np
 
 from flow_sdk.data._convert import batch_to_numpy, check_numeric_schema
 from flow_sdk.data._errors import MissingDependencyError
+from flow_sdk.data._pipeline import align, read_rows_for, rebatch_generic
 from flow_sdk.data._pipeline import prefetch as run_prefetched
-from flow_sdk.data._pipeline import read_rows_for, rebatch_generic
 from flow_sdk.data._sharding import assign_row_groups
 from flow_sdk.data._sources import Source, Unit
 
@@ -124,7 +124,7 @@ def dataset_class() -> type:
             cast_float64: bool = True,
             drop_last: bool = False,
             shuffle_buffer_rows: int | None = None,
-            prefetch: int = 2,
+            prefetch: int = 0,
         ) -> None:
             if batch_size < 1:
                 raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -178,7 +178,8 @@ def dataset_class() -> type:
             info = get_worker_info()
             worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
             units = self.unit_order(worker_id, num_workers)
-            return run_prefetched(lambda: self._batches(units, worker_id), self.prefetch)
+            group = read_rows_for(self.batch_size) // self.batch_size
+            return run_prefetched(lambda: self._batches(units, worker_id), self.prefetch, group)
 
         def _to_tensors(self, batch: pa.RecordBatch) -> TensorDict:
             arrays = batch_to_numpy(batch, cast_float64=self.cast_float64, writable=True)
@@ -186,11 +187,9 @@ def dataset_class() -> type:
 
         def _batches(self, units: Sequence[Unit], worker_id: int) -> Iterator[TensorDict]:
             read_rows = read_rows_for(self.batch_size)
+            reads = self.source.read(units, self.columns, read_rows, cast_float64=self.cast_float64)
             chunks: Iterator[TensorDict] = (
-                self._to_tensors(batch)
-                for batch in self.source.read(
-                    units, self.columns, read_rows, cast_float64=self.cast_float64
-                )
+                self._to_tensors(batch) for batch in align(reads, self.batch_size)
             )
             if self.shuffle:
                 rng = np.random.default_rng([self.seed, self.epoch, worker_id, 1])

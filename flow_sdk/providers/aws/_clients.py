@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
@@ -17,6 +19,17 @@ _LAUNCH: Any = {"mode": "standard", "total_max_attempts": 1}
 
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextmanager
+def tolerating(*codes: str) -> Iterator[None]:
+    """Let a call fail with one of ``codes`` (it found the state it was after: the resource
+    already exists, is already gone, already holds the role); any other error propagates."""
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) not in codes:
+            raise
 
 
 def error_message(exc: ClientError) -> str:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk.errors import ProviderError
-from flow_sdk.providers.aws._clients import error_code, error_message
+from flow_sdk.providers.aws._clients import error_code, error_message, tolerating
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter
 from flow_sdk.providers.files import _safe_part
 
@@ -210,19 +210,13 @@ class CloudWatchLogStore(LogStore):
 
     def _create_stream(self, group: str, stream: str) -> None:
         logs = self._client()
-        try:
+        with tolerating("ResourceAlreadyExistsException"):
             logs.create_log_group(logGroupName=group, tags={"flow:managed": "true"})
             if self.retention_days:
                 logs.put_retention_policy(logGroupName=group,
                                           retentionInDays=self.retention_days)
-        except ClientError as exc:
-            if error_code(exc) != "ResourceAlreadyExistsException":
-                raise
-        try:
+        with tolerating("ResourceAlreadyExistsException"):
             logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        except ClientError as exc:
-            if error_code(exc) != "ResourceAlreadyExistsException":
-                raise
 
     def _put_events(self, group: str, stream: str, batch: list[Event]) -> None:
         events = [{"timestamp": ts, "message": message} for ts, message in batch]

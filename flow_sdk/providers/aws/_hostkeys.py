@@ -2,9 +2,9 @@
 
 ``bootstrap.sh.tmpl`` writes the node's public host keys (``ssh_host_*_key.pub``, type and
 key only) between two marker lines, like cloud-init does, before anything slow runs. EC2's
-``GetConsoleOutput`` returns that text (botocore decodes its base64), readable by whoever may describe the instance
-and nobody on the network: the client pins the ed25519 key found there, so nothing is ever
-trusted on first use. Only public keys are printed; the user-data holds no key material.
+``GetConsoleOutput`` returns that text (botocore decodes its base64), readable by whoever may
+describe the instance and nobody on the network: the client pins the ed25519 key found there,
+so nothing is ever trusted on first use. Only public keys are printed; the user-data holds no key material.
 """
 
 from __future__ import annotations

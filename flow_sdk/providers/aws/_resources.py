@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from flow_sdk._config import flow_home
 from flow_sdk.errors import ProviderError
-from flow_sdk.providers.aws._clients import Clients, error_code, error_message
+from flow_sdk.providers.aws._clients import Clients, error_code, error_message, tolerating
 from flow_sdk.providers.aws._config import AwsConfig, check_ssh_cidr
 from flow_sdk.volumes.efs import NFS_GROUP_NAME
 from flow_sdk.volumes.s3mount import S3Location
@@ -235,16 +235,10 @@ def ensure_instance_profile(clients: Clients, config: AwsConfig, bucket: str, st
             role_arn = iam.get_role(RoleName=name)["Role"]["Arn"]
         iam.put_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME,
                             PolicyDocument=json.dumps(policy(str(role_arn))))
-        try:
+        with tolerating("EntityAlreadyExists"):
             iam.create_instance_profile(InstanceProfileName=name)
-        except ClientError as exc:
-            if error_code(exc) != "EntityAlreadyExists":
-                raise
-        try:
+        with tolerating("LimitExceeded"):  # the profile already holds the role
             iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
-        except ClientError as exc:
-            if error_code(exc) != "LimitExceeded":  # the profile already holds the role
-                raise
     except ClientError as exc:
         raise _iam_error(name, exc) from exc
     return name, True
@@ -497,11 +491,8 @@ def release_nfs_rules(ec2: Any, group_id: str) -> None:
             rule = {"IpProtocol": permission["IpProtocol"],
                     "FromPort": permission.get("FromPort"), "ToPort": permission.get("ToPort"),
                     "UserIdGroupPairs": [{"GroupId": group_id}]}
-            try:
+            with tolerating("InvalidPermission.NotFound"):  # revoked meanwhile
                 ec2.revoke_security_group_ingress(GroupId=nfs["GroupId"], IpPermissions=[rule])
-            except ClientError as exc:
-                if error_code(exc) != "InvalidPermission.NotFound":  # revoked meanwhile
-                    raise
 
 
 def delete_resources(ec2: Any, region: str, found: dict[str, list[dict[str, Any]]]) -> Cleanup:

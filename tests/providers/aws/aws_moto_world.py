@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import datetime
 import socket
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,8 +26,12 @@ from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
 from werkzeug.exceptions import HTTPException
 
+from flow_sdk import protocol
+from flow_sdk.protocol import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
+from flow_sdk.providers.base import Instance, LaunchRequest
+from flow_sdk.spec import TaskSpec, build_task_spec
 
 ACCOUNT = "123456789012"
 REGIONS = ("us-east-1", "us-east-2", "us-west-2")
@@ -372,3 +377,25 @@ def faulty_run_instances(faults: Ec2Faults) -> Callable[..., Any]:
         return original(self, image_id, count, user_data, security_group_names, **kwargs)
 
     return run_instances
+
+
+def spec(**options: Any) -> TaskSpec:
+    return build_task_spec(app="t", name="train", provider="aws", **options)
+
+
+def launch(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *, record: bool = True,
+           created_at: float | None = None) -> list[Instance]:
+    """Launch like FlowApp does: the task record first (unless ``record`` is off), the gang."""
+    if record:
+        provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
+            task_id, task_spec.model_dump(mode="json"), "0" * 64,
+            time.time() if created_at is None else created_at, 29400, 29500)))
+    boot = BootConfig(task_id, "aws", provider.config()).to_env()
+    return provider.launch(LaunchRequest(task_id, task_spec, boot))
+
+
+def launch_ids(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *, record: bool = True,
+               created_at: float | None = None) -> list[str]:
+    """:func:`launch`, returning the instance ids."""
+    instances = launch(provider, task_id, task_spec, record=record, created_at=created_at)
+    return [instance.instance_id for instance in instances]

@@ -7,12 +7,11 @@ import base64
 import os
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld
+from aws_moto_world import AwsWorld, launch_ids, spec
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from moto.core.responses import ActionResult
@@ -20,14 +19,10 @@ from moto.core.utils import utcnow
 from moto.ec2.responses.general import SAMPLE_CONSOLE_OUTPUT, General
 from moto.ec2.utils import Base64EncodedString
 
-from flow_sdk import protocol
 from flow_sdk.errors import ProviderError
-from flow_sdk.protocol import BootConfig, TaskRecord
-from flow_sdk.providers.aws import AwsProvider, _hostkeys
+from flow_sdk.providers.aws import _hostkeys
 from flow_sdk.providers.aws._resources import key_path
 from flow_sdk.providers.aws._userdata import template
-from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
 
 CONSOLES: dict[str, str] = {}  # instance id -> the serial console text moto returns
 
@@ -46,17 +41,6 @@ def _console(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     CONSOLES.clear()
     yield CONSOLES
     CONSOLES.clear()
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
-
-
-def launch(provider: AwsProvider, task_id: str, task_spec: TaskSpec) -> list[str]:
-    provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
-        task_id, task_spec.model_dump(mode="json"), "0" * 64, time.time(), 29400, 29500)))
-    boot = BootConfig(task_id, "aws", provider.config()).to_env()
-    return [i.instance_id for i in provider.launch(LaunchRequest(task_id, task_spec, boot))]
 
 
 def new_host_key() -> str:
@@ -81,7 +65,7 @@ def raw_instance(world: AwsWorld, instance_id: str) -> dict[str, Any]:
 
 def test_endpoint_pins_the_host_key_the_node_printed(aws: AwsWorld) -> None:
     provider = aws.provider()
-    [node] = launch(provider, "ssh-1", spec(num_instances=1, priority="high"))
+    [node] = launch_ids(provider, "ssh-1", spec(num_instances=1, priority="high"))
     key = new_host_key()
     CONSOLES[node] = console_with(key)
     endpoint = provider.ssh_endpoint("ssh-1", node)
@@ -100,7 +84,7 @@ def test_endpoint_pins_the_host_key_the_node_printed(aws: AwsWorld) -> None:
 
 def test_a_node_that_has_not_published_its_key_gives_a_clear_error(aws: AwsWorld) -> None:
     provider = aws.provider()
-    [node] = launch(provider, "ssh-2", spec(num_instances=1, priority="high"))
+    [node] = launch_ids(provider, "ssh-2", spec(num_instances=1, priority="high"))
     with pytest.raises(ProviderError, match="has not published its SSH host key yet.*retry "
                                             "in a minute"):
         provider.ssh_endpoint("ssh-2", node)  # moto's stock console: no marker block
@@ -126,7 +110,7 @@ def test_parser_ignores_malformed_and_outside_keys() -> None:
 def test_user_named_key_pair_needs_ssh_key_path(aws: AwsWorld, tmp_path: Any) -> None:
     aws.client("ec2").create_key_pair(KeyName="mine", KeyType="ed25519")
     provider = aws.provider()
-    [node] = launch(provider, "ssh-3", spec(num_instances=1, priority="high", key_name="mine"))
+    [node] = launch_ids(provider, "ssh-3", spec(num_instances=1, priority="high", key_name="mine"))
     CONSOLES[node] = console_with(new_host_key())
     with pytest.raises(ProviderError, match="ssh_key_path"):
         provider.ssh_endpoint("ssh-3", node)
@@ -138,7 +122,7 @@ def test_user_named_key_pair_needs_ssh_key_path(aws: AwsWorld, tmp_path: Any) ->
 
 def test_user_data_prints_the_host_keys_and_holds_no_key_material(aws: AwsWorld) -> None:
     provider = aws.provider()
-    [node] = launch(provider, "ssh-4", spec(num_instances=1, priority="high"))
+    [node] = launch_ids(provider, "ssh-4", spec(num_instances=1, priority="high"))
     recorded = aws.client("ec2").describe_instance_attribute(InstanceId=node,
                                                              Attribute="userData")
     script = base64.b64decode(recorded["UserData"]["Value"]).decode()

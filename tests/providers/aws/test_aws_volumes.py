@@ -9,28 +9,15 @@ import time
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults
+from aws_moto_world import AwsWorld, Ec2Faults, launch_ids, spec
 
 from flow_sdk import protocol
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.protocol import BootConfig, Outcome, TaskRecord
-from flow_sdk.providers.aws import AwsProvider
+from flow_sdk.protocol import BootConfig, Outcome
 from flow_sdk.providers.aws._resources import NODE_POLICY_NAME, node_policy
 from flow_sdk.providers.aws._userdata import USER_DATA_LIMIT
 from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.volumes import efs as flow_efs
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
-
-
-def launch(provider: AwsProvider, task_id: str, task_spec: TaskSpec) -> list[str]:
-    provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
-        task_id, task_spec.model_dump(mode="json"), "0" * 64, time.time(), 29400, 29500)))
-    boot = BootConfig(task_id, "aws", provider.config()).to_env()
-    return [i.instance_id for i in provider.launch(LaunchRequest(task_id, task_spec, boot))]
 
 
 def user_data(world: AwsWorld, instance_id: str) -> str:
@@ -51,7 +38,7 @@ def test_file_volume_gets_an_efs_with_a_mount_target_and_an_nfs_mount_before_the
     provider = aws.provider()
     task_spec = spec(num_instances=2, priority="high", volumes=FILE_VOLUME)
     assert provider.check(task_spec) == []
-    ids = launch(provider, "vol-efs-1", task_spec)
+    ids = launch_ids(provider, "vol-efs-1", task_spec)
     efs = aws.client("efs")
     systems = efs.describe_file_systems(CreationToken="ckpt")["FileSystems"]
     assert len(systems) == 1
@@ -77,8 +64,8 @@ def test_file_volume_gets_an_efs_with_a_mount_target_and_an_nfs_mount_before_the
     assert mount < script.index("docker pull")
 
     # a second task finds the same file system (by creation token) and mount target
-    again = launch(provider, "vol-efs-2", spec(num_instances=1, priority="high",
-                                               volumes=FILE_VOLUME))
+    again = launch_ids(provider, "vol-efs-2", spec(num_instances=1, priority="high",
+                                                   volumes=FILE_VOLUME))
     assert [s["FileSystemId"] for s in efs.describe_file_systems()["FileSystems"]] == [fs_id]
     assert f"{fs_id}.efs.us-east-1.amazonaws.com" in user_data(aws, again[0])
     for task in ("vol-efs-1", "vol-efs-2"):  # terminating frees the NFS rules, keeps the EFS
@@ -94,7 +81,7 @@ def test_block_volume_is_created_in_the_launch_zone_and_attached(aws: AwsWorld) 
                      volumes={"/scratch": {"name": "scratch", "size_gb": 20,
                                            "interface": "block"}})
     assert provider.check(task_spec) == []
-    [node_id] = launch(provider, "vol-ebs-1", task_spec)
+    [node_id] = launch_ids(provider, "vol-ebs-1", task_spec)
     node = instance(aws, node_id)
     volumes = aws.client("ec2").describe_volumes(
         Filters=[{"Name": "tag:flow:volume", "Values": ["scratch"]}])["Volumes"]
@@ -112,10 +99,10 @@ def test_block_volume_is_created_in_the_launch_zone_and_attached(aws: AwsWorld) 
 
 def test_s3_mount_buckets_are_granted_read_only_on_their_prefix(aws: AwsWorld) -> None:
     provider = aws.provider()
-    launch(provider, "vol-s3-1", spec(num_instances=1, priority="high",
-                                      mounts={"/data": "s3://datasets/imagenet/train"}))
-    launch(provider, "vol-s3-2", spec(num_instances=1, priority="high",
-                                      mounts={"/ref": "s3://refs"}))
+    launch_ids(provider, "vol-s3-1", spec(num_instances=1, priority="high",
+                                          mounts={"/data": "s3://datasets/imagenet/train"}))
+    launch_ids(provider, "vol-s3-2", spec(num_instances=1, priority="high",
+                                          mounts={"/ref": "s3://refs"}))
     iam = aws.client("iam")
     [role] = [r["RoleName"] for r in iam.list_roles()["Roles"]]
     policy = iam.get_role_policy(RoleName=role, PolicyName=NODE_POLICY_NAME)["PolicyDocument"]
@@ -139,10 +126,10 @@ def test_s3_mount_buckets_are_granted_read_only_on_their_prefix(aws: AwsWorld) -
 
 def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
     provider = aws.provider()
-    launch(provider, "vol-gc-1", spec(num_instances=1, priority="high", volumes=FILE_VOLUME))
-    launch(provider, "vol-gc-2", spec(num_instances=1, priority="high",
-                                      volumes={"/scratch": {"name": "scratch", "size_gb": 10,
-                                                            "interface": "block"}}))
+    launch_ids(provider, "vol-gc-1", spec(num_instances=1, priority="high", volumes=FILE_VOLUME))
+    launch_ids(provider, "vol-gc-2", spec(num_instances=1, priority="high",
+                                          volumes={"/scratch": {"name": "scratch", "size_gb": 10,
+                                                                "interface": "block"}}))
     for task in ("vol-gc-1", "vol-gc-2"):
         provider.store.put_if_absent(protocol.outcome_key(task), protocol.to_json(
             Outcome("SUCCEEDED", "done", time.time())))
@@ -172,7 +159,7 @@ def test_simulated_cloud_refuses_volumes_naming_the_field(aws: AwsWorld, field: 
 def test_replacement_node_mounts_the_gangs_file_volume_in_its_zone(aws: AwsWorld) -> None:
     provider = aws.provider()
     task_spec = spec(num_instances=2, priority="high", max_restarts=1, volumes=FILE_VOLUME)
-    ids = launch(provider, "vol-rep-1", task_spec)
+    ids = launch_ids(provider, "vol-rep-1", task_spec)
     gang_zone = instance(aws, ids[0])["Placement"]["AvailabilityZone"]
     node = aws.provider(**provider.node_config_of(ids[0], "us-east-1"))
     boot = BootConfig("vol-rep-1", "aws", node.config()).to_env()
@@ -190,7 +177,7 @@ def test_block_volume_task_is_not_replaced(aws: AwsWorld) -> None:
     task_spec = spec(num_instances=1, priority="high", max_restarts=1,
                      volumes={"/scratch": {"name": "scratch", "size_gb": 10,
                                            "interface": "block"}})
-    [node_id] = launch(provider, "vol-rep-2", task_spec)
+    [node_id] = launch_ids(provider, "vol-rep-2", task_spec)
     node = aws.provider(**provider.node_config_of(node_id, "us-east-1"))
     boot = BootConfig("vol-rep-2", "aws", node.config()).to_env()
     with pytest.raises(ProviderError, match="block volume"):
@@ -207,8 +194,8 @@ def test_an_existing_block_volume_pins_the_launch_zone(aws: AwsWorld) -> None:
     made = ec2.create_volume(AvailabilityZone=zones[-1], Size=10, TagSpecifications=[{
         "ResourceType": "volume", "Tags": [{"Key": "flow:volume", "Value": "scratch"}]}])
     provider = aws.provider()
-    [node_id] = launch(provider, "vol-zone-1", spec(num_instances=1, priority="high",
-                                                    volumes=SCRATCH))
+    [node_id] = launch_ids(provider, "vol-zone-1", spec(num_instances=1, priority="high",
+                                                        volumes=SCRATCH))
     assert instance(aws, node_id)["Placement"]["AvailabilityZone"] == zones[-1]
     [volume] = ec2.describe_volumes(VolumeIds=[made["VolumeId"]])["Volumes"]
     assert [a["InstanceId"] for a in volume["Attachments"]] == [node_id]
@@ -220,7 +207,7 @@ def test_a_failed_zone_keeps_later_tries_in_the_block_volumes_zone(
     ec2_faults.capacity()  # no capacity anywhere: every try fails
     provider = aws.provider()
     with pytest.raises(CapacityError) as caught:
-        launch(provider, "vol-zone-2", spec(num_instances=1, priority="high", volumes=SCRATCH))
+        launch_ids(provider, "vol-zone-2", spec(num_instances=1, priority="high", volumes=SCRATCH))
     [volume] = aws.client("ec2").describe_volumes(
         Filters=[{"Name": "tag:flow:volume", "Values": ["scratch"]}])["Volumes"]
     tried = {line.split(" in ")[1].split()[0].strip(":,") for line in str(caught.value).splitlines()

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire
+from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, spec
 
 from flow_sdk import FlowApp, ValidationError
 from flow_sdk.catalog.offers import OfferNotFoundError, cheapest_offers, find_offers
@@ -25,11 +24,7 @@ from flow_sdk.protocol import BootConfig
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._launch import AttemptPlan, run_instances_request
 from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
+from flow_sdk.spec import TaskSpec
 
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec) -> LaunchRequest:

@@ -7,31 +7,14 @@ import time
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Recorder, placement_groups
+from aws_moto_world import AwsWorld, Recorder, launch_ids, placement_groups, spec
 
 from flow_sdk import protocol
 from flow_sdk.errors import FlowError, ProviderError
-from flow_sdk.protocol import BootConfig, Outcome, TaskRecord
+from flow_sdk.protocol import Outcome
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws import AwsProvider, simulated_address
 from flow_sdk.providers.aws._resources import key_path, tags
-from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
-
-
-def launch(world: AwsWorld, provider: AwsProvider, task_id: str, task_spec: TaskSpec,
-           *, record: bool = True, created_at: float | None = None) -> list[str]:
-    """Launch like FlowApp does: the task record first, then the gang."""
-    if record:
-        provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
-            task_id, task_spec.model_dump(mode="json"), "0" * 64,
-            created_at if created_at is not None else time.time(), 29400, 29500)))
-    boot = BootConfig(task_id, "aws", provider.config()).to_env()
-    return [i.instance_id for i in provider.launch(LaunchRequest(task_id, task_spec, boot))]
 
 
 def end(provider: AwsProvider, task_id: str) -> None:
@@ -45,7 +28,7 @@ def end(provider: AwsProvider, task_id: str) -> None:
 def test_list_instances_is_one_describe_call_sorted_by_id(aws: AwsWorld,
                                                           recorder: Recorder) -> None:
     provider = aws.provider()
-    ids = launch(aws, provider, "disc-1", spec(num_instances=5, priority="high"))
+    ids = launch_ids(provider, "disc-1", spec(num_instances=5, priority="high"))
     node_config = provider.node_config_of(ids[0], "us-east-1")
     node = aws.provider(recorder, **node_config)  # rebuilt from FLOW_BOOT as an agent does
     found = node.list_instances("disc-1")
@@ -65,7 +48,7 @@ def test_simulated_addresses_map_onto_loopback(aws: AwsWorld) -> None:
         simulated_address("fe80::1")
     provider = aws.provider(simulate={"root": str(aws.sim_root)})
     plain = aws.provider()
-    ids = launch(aws, plain, "disc-2", spec(num_instances=2, priority="high"))
+    ids = launch_ids(plain, "disc-2", spec(num_instances=2, priority="high"))
     mapped = {i.instance_id: i.address for i in provider.list_instances("disc-2")}
     raw = {i["InstanceId"]: i["PrivateIpAddress"] for i in aws.instances()}
     assert mapped == {i: simulated_address(raw[i]) for i in ids}
@@ -80,7 +63,7 @@ def test_rendezvous_ports_are_fixed_on_aws_and_free_in_simulation(aws: AwsWorld)
 
 def test_describe_reports_type_zone_market_and_attempt(aws: AwsWorld) -> None:
     provider = aws.provider()
-    ids = launch(aws, provider, "desc-1", spec(num_instances=2, priority="low"))
+    ids = launch_ids(provider, "desc-1", spec(num_instances=2, priority="low"))
     details = provider.describe("desc-1")
     assert [d.instance_id for d in details] == sorted(ids)
     assert {(d.instance_type, d.market, d.state, d.attempt) for d in details} == {
@@ -93,8 +76,8 @@ def test_describe_reports_type_zone_market_and_attempt(aws: AwsWorld) -> None:
 
 def test_terminate_is_idempotent_and_removes_every_task_resource(aws: AwsWorld) -> None:
     provider = aws.provider()
-    launch(aws, provider, "term-1", spec(gpu="a100:8", num_instances=2, priority="high",
-                                         internode_interconnect="efa"))
+    launch_ids(provider, "term-1", spec(gpu="a100:8", num_instances=2, priority="high",
+                                        internode_interconnect="efa"))
     assert "flow-term-1" in placement_groups()
     fresh = aws.provider()  # another process (Task.from_id): finds the task from its record
     report = fresh.terminate_task("term-1")
@@ -111,14 +94,14 @@ def test_terminate_is_idempotent_and_removes_every_task_resource(aws: AwsWorld) 
 
 def test_gc_reclaims_ended_orphaned_and_overdue_tasks_only(aws: AwsWorld) -> None:
     provider = aws.provider()
-    ended = launch(aws, provider, "gc-ended", spec(num_instances=2, priority="high"))
+    ended = launch_ids(provider, "gc-ended", spec(num_instances=2, priority="high"))
     end(provider, "gc-ended")
-    live = launch(aws, provider, "gc-live", spec(num_instances=1, priority="high"))
-    orphan = launch(aws, provider, "gc-orphan", spec(num_instances=1, priority="high"),
-                    record=False)
-    overdue = launch(aws, provider, "gc-overdue",
-                     spec(num_instances=1, priority="high", max_run_time_hours=1.0),
-                     created_at=time.time() - 3 * 3600)
+    live = launch_ids(provider, "gc-live", spec(num_instances=1, priority="high"))
+    orphan = launch_ids(provider, "gc-orphan", spec(num_instances=1, priority="high"),
+                   record=False)
+    overdue = launch_ids(provider, "gc-overdue",
+                    spec(num_instances=1, priority="high", max_run_time_hours=1.0),
+                    created_at=time.time() - 3 * 3600)
     ec2 = aws.client("ec2")
     vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
     foreign = ec2.create_security_group(  # another flow installation's group: never touched
@@ -196,5 +179,5 @@ def test_check_accepts_a_good_spec_and_infiniband_means_efa(aws: AwsWorld) -> No
 def test_launch_without_an_offer_is_a_typed_error(aws: AwsWorld) -> None:
     provider = aws.provider()
     with pytest.raises(FlowError, match="no AWS offer"):
-        launch(aws, provider, "none-1", spec(gpu="h100:8", max_price_per_hour=1.0))
+        launch_ids(provider, "none-1", spec(gpu="h100:8", max_price_per_hour=1.0))
     assert aws.non_terminated() == []

@@ -3,21 +3,15 @@ them (InsufficientInstanceCapacity is an HTTP 500), through real boto3 over HTTP
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, Recorder
+from aws_moto_world import AwsWorld, Ec2Faults, Recorder, spec
 
 from flow_sdk.errors import CapacityError, ProviderError
 from flow_sdk.protocol import BootConfig
 from flow_sdk.providers.aws._launch import TRANSIENT_RETRIES, client_token
 from flow_sdk.providers.aws._resources import key_path
 from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
+from flow_sdk.spec import TaskSpec
 
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec) -> LaunchRequest:

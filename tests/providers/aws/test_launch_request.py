@@ -15,7 +15,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Recorder, placement_groups
+from aws_moto_world import AwsWorld, Recorder, placement_groups, spec
 
 from flow_sdk.catalog.offers import find_offers
 from flow_sdk.errors import ProviderError
@@ -29,11 +29,7 @@ from flow_sdk.providers.aws._launch import (
 )
 from flow_sdk.providers.aws._resources import key_path, node_policy
 from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
+from flow_sdk.spec import TaskSpec
 
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec, **config: Any

@@ -12,7 +12,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from aws_moto_world import BUCKET, AwsWorld
+from aws_moto_world import BUCKET, AwsWorld, spec
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.protocol import BootConfig
@@ -22,14 +22,9 @@ from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, TOKEN_HEADER, TTL_HEA
 from flow_sdk.providers.aws._resources import NODE_POLICY_NAME, node_policy
 from flow_sdk.providers.aws._simulate import FakeImds
 from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
 
 STORE = f"s3://{BUCKET}/flow/"
 ROLE = "arn:aws:iam::123456789012:role/flow-sdk-node-abc"
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
 
 
 def statements(policy: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire
+from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, launch, spec
 
 from flow_sdk import protocol
 from flow_sdk.errors import CapacityError, ProviderError
@@ -20,25 +19,11 @@ from flow_sdk.protocol import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._launch import client_token
 from flow_sdk.providers.base import Instance, LaunchRequest
-from flow_sdk.spec import TaskSpec, build_task_spec
-
-
-def spec(**options: Any) -> TaskSpec:
-    return build_task_spec(app="t", name="train", provider="aws", **options)
+from flow_sdk.spec import TaskSpec
 
 
 def tag_dict(tags: list[dict[str, str]]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in tags}
-
-
-def launch(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *,
-           created_at: float | None = None) -> list[Instance]:
-    """Launch like FlowApp does: the task record first, then the gang."""
-    provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
-        task_id, task_spec.model_dump(mode="json"), "0" * 64,
-        time.time() if created_at is None else created_at, 29400, 29500)))
-    boot = BootConfig(task_id, "aws", provider.config()).to_env()
-    return provider.launch(LaunchRequest(task_id, task_spec, boot))
 
 
 def node_provider(world: AwsWorld, client: AwsProvider, instance_id: str,

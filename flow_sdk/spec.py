@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from flow_sdk.catalog.gpus import GPU_MODELS, find_gpu_model
+from flow_sdk.catalog import GPU_MODELS, find_gpu_model
 from flow_sdk.errors import FieldProblem, ValidationError
 
 MAX_GPUS_PER_NODE = 16

@@ -2,7 +2,7 @@
 
 On-demand prices come from the AWS Price List API (``pricing:GetProducts``, served from
 us-east-1); spot prices from each region's ``ec2:DescribeSpotPriceHistory`` (the cheapest
-zone's latest price). The result is written through ``offers.update_prices`` to the user's
+zone's latest price). The result is written through ``file.update_prices`` to the user's
 catalog copy, which then overrides the packaged file. boto3 is imported by the caller.
 """
 
@@ -15,10 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from flow_sdk.catalog.offers import Catalog, load_catalog, update_prices, user_catalog_path
+from flow_sdk.catalog.file import load_catalog, update_prices, user_catalog_path
+from flow_sdk.catalog.model import Catalog
 
 PRICING_REGION = "us-east-1"
-_LINUX_SHARED = (
+# The Price List filters that select Linux, shared-tenancy, on-demand capacity.
+LINUX_SHARED = (
     ("operatingSystem", "Linux"),
     ("tenancy", "Shared"),
     ("preInstalledSw", "NA"),
@@ -53,7 +55,7 @@ def fetch_on_demand(pricing: Any, pairs: Iterable[tuple[str, str]]) -> dict[tupl
     for instance_type, region in pairs:
         filters = [{"Type": "TERM_MATCH", "Field": "instanceType", "Value": instance_type},
                    {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}]
-        filters += [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in _LINUX_SHARED]
+        filters += [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in LINUX_SHARED]
         for page in paginator.paginate(ServiceCode="AmazonEC2", Filters=filters):
             for document in page["PriceList"]:
                 usd = _on_demand_usd(document)

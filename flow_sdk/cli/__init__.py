@@ -661,7 +661,7 @@ def catalog_refresh(regions: tuple[str, ...], as_json: bool) -> None:
         import boto3
     except ImportError as exc:
         raise FlowError("catalog refresh needs boto3: pip install 'flow-sdk[aws]'") from exc
-    from flow_sdk.catalog.refresh import refresh_catalog
+    from flow_sdk.catalog import refresh_catalog
 
     report = refresh_catalog(boto3.Session(), regions=list(regions) or None)
     data = {"written_to": str(report.written_to), "on_demand_prices": len(report.on_demand),

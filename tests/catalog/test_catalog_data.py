@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk.catalog.gpus import GPU_MODELS, find_gpu_model
-from flow_sdk.catalog.offers import (
+from flow_sdk.catalog import (
     COLUMNS,
+    GPU_MODELS,
     CatalogError,
+    find_gpu_model,
     format_catalog,
     load_catalog,
     parse_catalog,
@@ -207,11 +208,21 @@ def test_malformed_catalogs_are_rejected_with_file_and_line(tmp_path: Path, text
     with pytest.raises(CatalogError, match=expected) as info:
         load_catalog(path)
     assert "flow catalog refresh" in str(info.value)
+    assert info.value.field == "gpu"  # a broken catalog stops the GPU offer lookup
 
 
 def test_missing_catalog_file_is_a_catalog_error(tmp_path: Path) -> None:
-    with pytest.raises(CatalogError, match="does not exist"):
+    with pytest.raises(CatalogError, match="does not exist") as info:
         load_catalog(tmp_path / "nope.csv")
+    assert info.value.field == "gpu"
+
+
+def test_an_unreadable_catalog_file_is_a_catalog_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.csv"
+    path.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(CatalogError, match="cannot read catalog file") as info:
+        load_catalog(path)
+    assert info.value.field == "gpu"
 
 
 def test_comment_lines_after_the_header_are_skipped(tmp_path: Path) -> None:

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from flow_sdk.catalog.offers import (
+from catalog_testing import cheapest_offers
+from flow_sdk.catalog import (
     MARKETS,
     Offer,
     OfferNotFoundError,
     UnknownRegionError,
-    cheapest_offers,
     explain_no_offers,
     find_offers,
     load_catalog,
@@ -141,14 +141,6 @@ def test_a_cap_on_on_demand_suggests_spot_when_spot_fits() -> None:
         plan_offers(task(gpu="h100:8", priority="high", max_price_per_hour=40.0))
 
 
-def test_cheapest_offers() -> None:
-    everything = find_offers(gpu("l4:4"))
-    assert cheapest_offers(gpu("l4:4"), n=2) == everything[:2]
-    assert cheapest_offers(gpu("l4:4"), n=1000) == everything
-    with pytest.raises(ValueError):
-        cheapest_offers(gpu("l4:4"), n=0)
-
-
 def test_priority_maps_to_markets() -> None:
     assert markets_for_priority("low") == ("spot",)
     assert markets_for_priority("med") == ("spot", "on-demand")
@@ -249,3 +241,41 @@ def test_offer_text_names_type_market_region_and_price() -> None:
 def test_explain_refuses_a_capped_request_that_has_offers() -> None:
     with pytest.raises(ValueError, match="offers exist"):
         explain_no_offers(gpu("h100:8"), max_price_per_hour=1000.0)
+
+
+@pytest.mark.parametrize(("options", "field", "text"), [
+    ({"gpu": "h100:4"}, "gpu", "exactly 4x h100"),
+    ({"gpu": "h100.pcie:8"}, "gpu", "h100-80gb.pcie"),
+    ({"gpu": "h200:8", "region": "eu-west-1"}, "region", "Set region"),
+    ({"gpu": "a10g", "internode_interconnect": "efa"}, "internode_interconnect", "EFA"),
+    ({"gpu": "a10g", "internode_interconnect": "infiniband"}, "internode_interconnect", "EFA"),
+    ({"gpu": "b200:8", "priority": "low"}, "priority", "not sold as spot"),
+    ({"gpu": "h100:8", "max_price_per_hour": 10.0}, "max_price_per_hour", "$10.00"),
+    ({"gpu": "h100:8", "priority": "high", "max_price_per_hour": 40.0},
+     "max_price_per_hour", "allow spot"),
+])
+def test_the_offer_error_carries_the_field_that_ruled_everything_out(
+        options: dict[str, Any], field: str, text: str) -> None:
+    with pytest.raises(OfferNotFoundError) as info:
+        plan_offers(task(**options))
+    assert info.value.field == field
+    assert text in str(info.value)
+
+
+def test_explain_names_gpu_for_a_cpu_request_no_type_satisfies() -> None:
+    assert explain_no_offers(None, min_vcpus=10_000).field == "gpu"
+
+
+def test_an_unknown_region_names_where_it_was_asked_for() -> None:
+    with pytest.raises(UnknownRegionError) as info:
+        plan_offers(task(gpu="h100:8", region="ap-south-1"))
+    assert info.value.field == "region"
+    with pytest.raises(UnknownRegionError) as info:
+        plan_offers(task(gpu="h100:8"), regions=["us-east-1", "ap-south-1"])
+    assert info.value.field == "provider_config" and info.value.region == "ap-south-1"
+    with pytest.raises(UnknownRegionError) as info:
+        find_offers(gpu("h100:8"), regions=["us-east1"])
+    assert info.value.field == "region"
+    with pytest.raises(UnknownRegionError) as info:
+        load_catalog().check_regions(["mars-north-1"], field="provider_config")
+    assert info.value.field == "provider_config"

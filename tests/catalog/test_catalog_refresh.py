@@ -12,8 +12,13 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from flow_sdk.catalog.offers import find_offers, load_catalog
-from flow_sdk.catalog.refresh import _LINUX_SHARED, fetch_on_demand, refresh_catalog
+from flow_sdk.catalog import (
+    LINUX_SHARED,
+    fetch_on_demand,
+    find_offers,
+    load_catalog,
+    refresh_catalog,
+)
 from flow_sdk.spec import GpuSpec
 
 
@@ -25,7 +30,7 @@ def _product(usd: str) -> str:
 def _filters(instance_type: str, region: str) -> list[dict[str, str]]:
     return ([{"Type": "TERM_MATCH", "Field": "instanceType", "Value": instance_type},
              {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}]
-            + [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in _LINUX_SHARED])
+            + [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in LINUX_SHARED])
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk.catalog.offers import (
+from flow_sdk.catalog import (
     CatalogError,
     find_offers,
     load_catalog,
@@ -113,3 +113,10 @@ def test_update_replaces_an_existing_file(tmp_path: Path) -> None:
     assert _prices(dest, "c7i.xlarge", "us-east-1")[0] == 0.3
     assert load_catalog(dest).source == "second"
     assert [p.name for p in tmp_path.iterdir()] == ["c.csv"]
+
+
+def test_repricing_an_unknown_type_names_the_gpu_field(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="only reprices known types") as info:
+        update_prices({("p9.96xlarge", "us-east-1"): {"on-demand": 1.0}}, tmp_path / "c.csv",
+                      source="test")
+    assert info.value.field == "gpu"

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flow_sdk import FlowApp, GpuSpec, TaskSpec, ValidationError
-from flow_sdk.catalog.gpus import GPU_MODELS
+from flow_sdk.catalog import GPU_MODELS
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -3,7 +3,7 @@
 * ``_launch``: the one gang ``run_instances`` per attempt (MinCount/MaxCount, tags, IMDSv2,
   instance profile, key pair, security group, cluster placement group + EFA interfaces, spot,
   ClientToken, shutdown = terminate) and failover across zones, regions and instance types in
-  the catalog's order (``flow_sdk.catalog.offers.plan_offers``), rolling back partial gangs.
+  the catalog's order (``flow_sdk.catalog.plan_offers``), rolling back partial gangs.
 * ``_resources``: per-task security group / key pair / placement group, VPC, AMI (the Deep
   Learning Base AMI through its public SSM parameter), instance profile and its policy.
 * ``_provider``: ``AwsProvider``. Its ``add_instances`` / ``terminate_instances`` replace

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flow_sdk import __version__
+from flow_sdk.catalog import REGION_RE
 from flow_sdk.errors import ProviderError
 
 # The AWS Deep Learning Base AMI (NVIDIA driver, CUDA, Docker with the NVIDIA container
@@ -29,7 +30,6 @@ IMDS_ENDPOINT = "http://169.254.169.254"  # the instance metadata service, IMDSv
 # The broadest SSH source a task's security group may admit ("the caller", never the internet).
 MIN_SSH_PREFIX = {4: 16, 6: 48}
 
-_REGION_RE = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d+$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SECRET_WORDS = ("secret", "password", "credential", "access_key", "session_token", "token")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -187,7 +187,7 @@ class AwsConfig:
 
 
 def _check_region(name: Any, key: str) -> None:
-    if not isinstance(name, str) or not _REGION_RE.match(name):
+    if not isinstance(name, str) or not REGION_RE.match(name):
         raise ProviderError(f"provider_config.{key}: {name!r} is not an AWS region name such "
                             "as 'us-east-1'")
 

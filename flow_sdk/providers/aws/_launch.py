@@ -25,7 +25,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnError
 
-from flow_sdk.catalog.offers import Offer
+from flow_sdk.catalog import Offer
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message, http_status
 from flow_sdk.providers.aws._resources import (

@@ -18,7 +18,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk import protocol
-from flow_sdk.catalog.offers import (
+from flow_sdk.catalog import (
     MARKETS,
     CatalogError,
     Market,
@@ -178,12 +178,8 @@ class AwsProvider(Provider):
         problems = []
         try:
             self._plan(spec)
-        except UnknownRegionError as exc:
-            problems.append(FieldProblem("region", str(exc)))
-        except OfferNotFoundError as exc:
-            problems.append(FieldProblem(_offer_field(exc), str(exc)))
-        except CatalogError as exc:
-            problems.append(FieldProblem("gpu", str(exc)))
+        except (UnknownRegionError, OfferNotFoundError, CatalogError) as exc:
+            problems.append(FieldProblem(exc.field, str(exc)))
         if self.simulation is not None:
             for field, given in (("volumes", spec.volumes), ("mounts", spec.mounts)):
                 if given:
@@ -817,20 +813,6 @@ def _network_of(raw: Mapping[str, Any]) -> tuple[str, str]:
     subnet = raw.get("SubnetId") or primary.get("SubnetId") or ""
     groups = raw.get("SecurityGroups") or primary.get("Groups") or []
     return str(subnet), str(groups[0]["GroupId"]) if groups else ""
-
-
-def _offer_field(exc: OfferNotFoundError) -> str:
-    """The TaskSpec field an OfferNotFoundError is about (the catalog's messages name it)."""
-    text = str(exc)
-    if exc.cheapest:
-        return "max_price_per_hour"
-    if "EFA" in text or "InfiniBand" in text:
-        return "internode_interconnect"
-    if " is not sold as " in text:
-        return "priority"
-    if "Set region" in text:
-        return "region"
-    return "gpu"
 
 
 def _sample_volume_mounts(spec: TaskSpec) -> str:

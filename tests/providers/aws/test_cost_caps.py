@@ -18,7 +18,8 @@ import pytest
 from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, spec
 
 from flow_sdk import FlowApp, ValidationError
-from flow_sdk.catalog.offers import OfferNotFoundError, cheapest_offers, find_offers
+from catalog_testing import cheapest_offers
+from flow_sdk.catalog import OfferNotFoundError, find_offers
 from flow_sdk.errors import CapacityError, ProviderError
 from flow_sdk.protocol import BootConfig
 from flow_sdk.providers.aws import _userdata

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aws_moto_world import AwsWorld, Recorder, placement_groups, spec
 
-from flow_sdk.catalog.offers import find_offers
+from flow_sdk.catalog import find_offers
 from flow_sdk.errors import ProviderError
 from flow_sdk.protocol import BootConfig
 from flow_sdk.providers.aws import _userdata

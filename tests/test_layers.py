@@ -1,0 +1,116 @@
+"""The import-linter contracts in pyproject.toml catch a wrong arrow, and their exceptions are true.
+
+The test command runs ``lint-imports`` on the real tree; these tests prove the contracts have
+teeth (a copy of the package with one upward import fails them) and that every import a
+client-side contract ignores is made inside a function, never at module level.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parent.parent
+PYPROJECT = REPO / "pyproject.toml"
+WRONG_IMPORT = "flow_sdk.providers.base -> flow_sdk.agent"
+
+
+def _contracts() -> dict[str, dict[str, Any]]:
+    config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
+    return {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
+
+
+def _copy_tree(dest: Path) -> Path:
+    """A copy of the package and its pyproject under ``dest``."""
+    dest.mkdir()
+    shutil.copytree(REPO / "flow_sdk", dest / "flow_sdk",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PYPROJECT, dest / "pyproject.toml")
+    return dest
+
+
+def _lint(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the copy at ``root`` (first on PYTHONPATH, its own config)."""
+    command = shutil.which("lint-imports")
+    assert command is not None, "lint-imports is missing: run `bash scripts/setup.sh --dev`"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    args = [command, "--config", str(root / "pyproject.toml"), "--no-cache", "--no-logo"]
+    for contract in contracts:
+        args += ["--contract", contract]
+    return subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_an_upward_import_from_a_provider_breaks_the_contracts(tmp_path: Path) -> None:
+    names = {key: c["name"] for key, c in _contracts().items()}
+    clean = _copy_tree(tmp_path / "clean")
+    broken = _copy_tree(tmp_path / "broken")
+    base = broken / "flow_sdk" / "providers" / "base.py"
+    base.write_text(base.read_text(encoding="utf-8") + "\nimport flow_sdk.agent\n",
+                    encoding="utf-8")
+
+    before = _lint(clean, "layers", "providers-below-callers")
+    after = _lint(broken, "layers", "providers-below-callers")
+
+    assert WRONG_IMPORT not in before.stdout, before.stdout
+    assert after.returncode != 0, after.stdout + after.stderr
+    assert f"{names['providers-below-callers']} BROKEN" in after.stdout, after.stdout
+    assert f"{names['layers']} BROKEN" in after.stdout, after.stdout
+    assert "flow_sdk.providers is not allowed to import flow_sdk.agent" in after.stdout
+    assert WRONG_IMPORT in after.stdout, after.stdout
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Modules imported by statements that run when ``path`` is imported (anything outside
+    a function body; class bodies and ``if``/``try`` blocks at module level count)."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"))]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+CLIENT_CONTRACTS = ("client-light", "client-light-root")
+
+
+@pytest.mark.parametrize("contract", CLIENT_CONTRACTS)
+def test_client_contracts_ignore_only_imports_made_inside_functions(contract: str) -> None:
+    spec = _contracts()[contract]
+    assert spec["type"] == "forbidden"
+    assert set(spec["forbidden_modules"]) == {"torch", "xgboost", "pyarrow"}
+    for rule in spec.get("ignore_imports", []):
+        importer, _, imported = (part.strip() for part in rule.partition("->"))
+        assert imported in spec["forbidden_modules"], rule
+        path = REPO / Path(*importer.split(".")).with_suffix(".py")
+        assert path.is_file(), f"{rule}: {path} is not a module"
+        at_module_level = {name for name in _module_level_imports(path)
+                           if name == imported or name.startswith(imported + ".")}
+        assert not at_module_level, f"{rule}: {importer} imports {at_module_level} at module level"
+
+
+def test_the_module_level_scan_sees_imports_outside_functions(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import json\nif True:\n    from torch import nn\n"
+                      "class C:\n    import xgboost\n"
+                      "def f():\n    import pyarrow\n", encoding="utf-8")
+    assert _module_level_imports(module) == {"json", "torch", "xgboost"}

@@ -91,6 +91,12 @@ class TaskTimedOutError(TaskError):
     """The task hit its ``max_run_time_hours`` cap and was stopped on the nodes."""
 
 
+class RecordError(FlowError, ValueError):
+    """A record read from a provider's store is not one this version of flow-sdk wrote: it is
+    not JSON, lacks or adds a field, or holds an unknown phase or status. Names the record and
+    the value; the fix is to run the same flow-sdk version on the client and the nodes."""
+
+
 class PayloadError(FlowError):
     """A payload or result could not be serialized, or failed its digest check."""
 

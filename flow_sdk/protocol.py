@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
+
+from flow_sdk.errors import RecordError
 
 
 # The agent lists its workers' process groups in this file of its working directory, so a
@@ -38,6 +40,52 @@ class TaskStatus(str, Enum):
 
 _TERMINAL = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED,
                        TaskStatus.TIMED_OUT})
+TERMINAL_STATUSES: tuple[str, ...] = tuple(s.value for s in TaskStatus if s.is_terminal)
+
+
+class NodePhase(str, Enum):
+    """Where a node is in its task, as its agent writes it into its ``NodeRecord``."""
+
+    RENDEZVOUS = "rendezvous"  # discovered its rank, waiting for the others
+    RUNNING = "running"  # its workers run the function
+    RESTARTING = "restarting"  # a failed generation restarts (``max_restarts``)
+    DONE = "done"  # its workers succeeded
+    FAILED = "failed"  # the task failed and this node stopped
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NODE_PHASES: tuple[str, ...] = tuple(p.value for p in NodePhase)
+
+
+class NodeEvent(str, Enum):
+    """What ended a node agent's watch over its workers and the store."""
+
+    SUCCEEDED = "succeeded"  # every worker of the task succeeded
+    FAILED = "failed"  # a worker, a node or the runtime cap failed the task
+    STOPPED = "stopped"  # the task was cancelled, or this node is being stopped
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NODE_EVENTS: tuple[str, ...] = tuple(e.value for e in NodeEvent)
+
+
+class StreamKind(str, Enum):
+    """The kinds of log stream of a task: a worker's (``node-i.rank-r``), an agent's
+    (``agent.<instance id>``) and a node's raw boot output (``boot.<instance id>``)."""
+
+    NODE = "node"
+    AGENT = "agent"
+    BOOT = "boot"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STREAM_KINDS: tuple[str, ...] = tuple(k.value for k in StreamKind)
 
 
 def payload_key(digest: str) -> str:
@@ -112,6 +160,34 @@ def to_json(record: Any) -> bytes:
     return json.dumps(asdict(record), sort_keys=True).encode()
 
 
+def _fields_of(cls: type[Any], data: bytes) -> dict[str, Any]:
+    """The JSON object in ``data`` as keyword arguments of the dataclass ``cls``; raises
+    RecordError when it is not JSON or its keys are not ``cls``'s fields."""
+    what = cls.__name__
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{what}: not JSON ({exc}); run the same flow-sdk version on the "
+                          "client and the nodes") from None
+    if not isinstance(raw, dict):
+        raise RecordError(f"{what}: expected a JSON object, got {type(raw).__name__}")
+    known = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING}
+    unknown, missing = sorted(set(raw) - known), sorted(required - set(raw))
+    if unknown or missing:
+        raise RecordError(f"{what}: unknown fields {unknown}, missing fields {missing}; run "
+                          "the same flow-sdk version on the client and the nodes")
+    return raw
+
+
+def _one_of(what: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise RecordError(f"{what} is {value!r}, not one of {list(allowed)}; run the same "
+                          "flow-sdk version on the client and the nodes")
+    return str(value)
+
+
 @dataclass(frozen=True)
 class TaskRecord:
     """Written by the client at spawn; read by every node agent."""
@@ -125,7 +201,7 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskRecord:
-        return cls(**json.loads(data))
+        return cls(**_fields_of(cls, data))
 
 
 @dataclass(frozen=True)
@@ -157,20 +233,23 @@ class NodeRecord:
     node: int
     instance_id: str
     address: str
-    phase: str  # "rendezvous" | "running" | "done" | "failed"
+    phase: NodePhase
     updated_at: float
     workers: int = 0
 
     @classmethod
     def from_json(cls, data: bytes) -> NodeRecord:
-        return cls(**json.loads(data))
+        """The record in ``data``; raises RecordError for an unknown shape or phase."""
+        raw = _fields_of(cls, data)
+        raw["phase"] = NodePhase(_one_of("NodeRecord.phase", raw["phase"], NODE_PHASES))
+        return cls(**raw)
 
 
 @dataclass(frozen=True)
 class Outcome:
     """The terminal state of a task; the first writer wins (``put_if_absent``)."""
 
-    status: str  # a terminal TaskStatus value
+    status: str  # a terminal TaskStatus value (TERMINAL_STATUSES)
     message: str
     finished_at: float
     node: int | None = None
@@ -182,7 +261,10 @@ class Outcome:
 
     @classmethod
     def from_json(cls, data: bytes) -> Outcome:
-        return cls(**json.loads(data))
+        """The outcome in ``data``; raises RecordError for an unknown shape or status."""
+        raw = _fields_of(cls, data)
+        _one_of("Outcome.status", raw["status"], TERMINAL_STATUSES)
+        return cls(**raw)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,15 @@ from flow_sdk.errors import (
 )
 from flow_sdk.cost import cost_per_hour as _cost_per_hour
 from flow_sdk.cost import estimated_cost as _estimated_cost
-from flow_sdk.protocol import LaunchRecord, NodeRecord, Outcome, TaskRecord, TaskStatus
+from flow_sdk.protocol import (
+    LaunchRecord,
+    NodePhase,
+    NodeRecord,
+    Outcome,
+    StreamKind,
+    TaskRecord,
+    TaskStatus,
+)
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LogRecord, Provider, SshEndpoint
 from flow_sdk.spec import TaskSpec
@@ -69,8 +77,8 @@ def _ts(line: _Line) -> float:
 
 
 def _kind(stream: str) -> str:
-    """"node" (a worker's stream ``node-i.rank-r``), "agent" or "boot"."""
-    return "node" if stream.startswith("node-") else stream.partition(".")[0]
+    """"node" (a worker's stream ``node-i.rank-r``), "agent" or "boot" (see StreamKind)."""
+    return StreamKind.NODE if stream.startswith("node-") else stream.partition(".")[0]
 
 
 class Task:
@@ -118,7 +126,7 @@ class Task:
         outcome = self.outcome()
         if outcome is not None:
             return TaskStatus(outcome.status)
-        if any(n.phase in ("running", "done") for n in self.nodes()):
+        if any(n.phase in (NodePhase.RUNNING, NodePhase.DONE) for n in self.nodes()):
             return TaskStatus.RUNNING
         instances = self.provider.list_instances(self.task_id)
         if not instances:
@@ -278,7 +286,7 @@ class Task:
             extra = f" [rank {rank}]" if self._slots_per_node() > 1 else ""
             return n, f"[Node {n}]\0{extra}"
         kind, _, instance = stream.partition(".")
-        if kind not in ("agent", "boot"):
+        if kind not in (StreamKind.AGENT, StreamKind.BOOT):
             return None
         index = node_of.get(instance) if node_of is not None else None
         head = f"[Node {index}]" if index is not None else f"[{instance}]"
@@ -288,8 +296,8 @@ class Task:
                  known: dict[str, tuple[int | None, str]]) -> dict[str, tuple[int | None, str]]:
         """stream name -> (node, label) for the streams selected; ``known`` caches labels
         whose node is settled, so a follow reads the node records only for new streams."""
-        kinds = {"workers": ("node",), "agent": ("agent",), "boot": ("boot",),
-                 "all": ("node", "agent", "boot")}[source]
+        kinds = {"workers": (StreamKind.NODE,), "agent": (StreamKind.AGENT,),
+                 "boot": (StreamKind.BOOT,), "all": tuple(StreamKind)}[source]
         names = [s for s in self.provider.logs.streams(self.task_id) if _kind(s) in kinds]
         node_of = None
         if any(s not in known and not s.startswith("node-") for s in names):

@@ -27,7 +27,15 @@ from types import FrameType
 from flow_sdk import protocol
 from flow_sdk.agent.workers import WorkerExit, WorkerGroup
 from flow_sdk.errors import FlowError
-from flow_sdk.protocol import BootConfig, NodeRecord, Outcome, TaskRecord, TaskStatus
+from flow_sdk.protocol import (
+    BootConfig,
+    NodeEvent,
+    NodePhase,
+    NodeRecord,
+    Outcome,
+    TaskRecord,
+    TaskStatus,
+)
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchRequest, LogRecord, Provider
 from flow_sdk.rendezvous import Membership, discover, worker_env
@@ -53,7 +61,7 @@ class Next(enum.Enum):
 
 @dataclass(frozen=True)
 class WatchResult:
-    kind: str  # "succeeded" | "failed" | "stopped"
+    kind: NodeEvent
     report: FailureReport | None = None  # what this node saw, when it saw the failure itself
 
 
@@ -82,7 +90,7 @@ class Agent:
 
     # -- records ----------------------------------------------------------------------------
 
-    def _write_node(self, m: Membership, phase: str, workers: int = 0) -> None:
+    def _write_node(self, m: Membership, phase: NodePhase, workers: int = 0) -> None:
         record = NodeRecord(m.node_rank, self.instance_id, self.address, phase, time.time(),
                             workers)
         self.provider.store.put(protocol.node_key(self.task_id, m.node_rank),
@@ -149,7 +157,7 @@ class Agent:
                                   self.instance_id, expected=spec.num_instances,
                                   minimum=spec.min_instances or spec.num_instances,
                                   timeout_s=spec.availability_timeout_s)
-            self._write_node(membership, "rendezvous")
+            self._write_node(membership, NodePhase.RENDEZVOUS)
             self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
                      f"{membership.leader_address}")
             store = NodeStore.connect(membership, record.rdzv_port, spec.availability_timeout_s,
@@ -184,20 +192,21 @@ class Agent:
                               pids_file=self.workdir / protocol.WORKER_PGIDS_FILE,
                               payload_digest=record.payload_digest, generation=gen)
         workers.start()
-        self._write_node(membership, "running", spec.slots_per_node)
+        self._write_node(membership, NodePhase.RUNNING, spec.slots_per_node)
         try:
             result = self._watch(membership, store, workers, deadline)
         finally:
             workers.stop()
-        if result.kind == "succeeded":
+        if result.kind is NodeEvent.SUCCEEDED:
             step = Next.SUCCEEDED
-        elif result.kind == "stopped":
+        elif result.kind is NodeEvent.STOPPED:
             step = Next.FAILED
         else:
             step = self._conclude(gen, spec, membership, store, result.report)
         store.close()
-        self._write_node(membership, {Next.SUCCEEDED: "done", Next.FAILED: "failed",
-                                      Next.RESTART: "restarting"}[step], spec.slots_per_node)
+        self._write_node(membership, {Next.SUCCEEDED: NodePhase.DONE, Next.FAILED: NodePhase.FAILED,
+                                      Next.RESTART: NodePhase.RESTARTING}[step],
+                         spec.slots_per_node)
         return step
 
     # -- deciding how a failed generation ends ------------------------------------------------
@@ -306,19 +315,19 @@ class Agent:
             while True:
                 if self.stop_requested.is_set():
                     self.log("stop requested (SIGTERM): stopping workers")
-                    return WatchResult("stopped")
+                    return WatchResult(NodeEvent.STOPPED)
                 for exit_ in workers.poll():
                     if exit_.returncode != 0:
                         report = self._worker_failure(m, workers, exit_)
                         self.log(report.message.splitlines()[0])
-                        return WatchResult("failed", report)
+                        return WatchResult(NodeEvent.FAILED, report)
                 if not done and workers.all_succeeded:
                     self._upload_results(workers)
                     store.mark_done()
                     done = True
                     self.log("all workers on this node succeeded")
                     if not m.is_leader:
-                        return WatchResult("succeeded")
+                        return WatchResult(NodeEvent.SUCCEEDED)
                 now = time.monotonic()
                 if now - last_watch >= WATCH_S:
                     last_watch = now
@@ -326,19 +335,19 @@ class Agent:
                         store.heartbeat()
                     if store.failed():
                         self.log("another node failed: stopping workers")
-                        return WatchResult("failed")
+                        return WatchResult(NodeEvent.FAILED)
                     if m.is_leader:
                         finished = store.done_nodes()
                         if len(finished) == m.num_nodes:
                             self._write_outcome(Outcome(TaskStatus.SUCCEEDED.value,
                                                         "every rank returned", time.time()))
-                            return WatchResult("succeeded")
+                            return WatchResult(NodeEvent.SUCCEEDED)
                         lost = self._lost_node(store, finished, seen, now)
                         if lost is not None:
                             self.log(lost.message)
-                            return WatchResult("failed", lost)
+                            return WatchResult(NodeEvent.FAILED, lost)
                     if deadline is not None and now >= deadline:
-                        return WatchResult("failed", FailureReport(
+                        return WatchResult(NodeEvent.FAILED, FailureReport(
                             node=m.node_rank, status=TaskStatus.TIMED_OUT.value,
                             message="the task reached its max_run_time_hours cap and was "
                                     "stopped on the nodes", observed_at=time.time()))
@@ -354,18 +363,18 @@ class Agent:
                         message = (f"node {m.node_rank} ({self.instance_id}) is being taken "
                                    f"away: {notice}")
                         self.log(message)
-                        return WatchResult("failed", FailureReport(
+                        return WatchResult(NodeEvent.FAILED, FailureReport(
                             node=m.node_rank, status=TaskStatus.FAILED.value, message=message,
                             observed_at=time.time(), lost=True))
                 if now - last_cancel >= CANCEL_CHECK_S:
                     last_cancel = now
                     if self.provider.store.exists(protocol.cancel_key(self.task_id)):
                         self.log("task cancelled: stopping workers")
-                        return WatchResult("stopped")
+                        return WatchResult(NodeEvent.STOPPED)
                 time.sleep(POLL_S)
         except StoreLost as exc:
             self.log(str(exc))
-            return WatchResult("failed", FailureReport(
+            return WatchResult(NodeEvent.FAILED, FailureReport(
                 node=0, status=TaskStatus.FAILED.value, message=f"node {m.node_rank}: {exc}",
                 observed_at=time.time(), lost=True))
 

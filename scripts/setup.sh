@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install flow-sdk and what it needs, from this checkout.
 #   bash scripts/setup.sh          # the SDK, torch (CPU build when none is installed)
-#   bash scripts/setup.sh --dev    # plus test tools and system packages (OpenSSH server)
+#   bash scripts/setup.sh --dev    # plus test tools (pytest, import-linter: the `dev` extra)
+#                                  # and system packages (OpenSSH server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"

@@ -65,7 +65,6 @@ class OfferRequest(Protocol):
     def region(self) -> str | None: ...
 
 
-
 def markets_for_priority(priority: str) -> tuple[Market, ...]:
     """The markets a priority may use, most preferred first (see the module docstring)."""
     try:
@@ -156,8 +155,6 @@ def find_offers(
         and _hardware_ok(offer.instance, gpu, min_vcpus, min_memory_gib)
     )
     return _sorted(found, region_order, wanted_markets)
-
-
 
 
 def explain_no_offers(

@@ -243,9 +243,10 @@ class TaskSpec(_Frozen):
         if self.workers_per_node is not None:
             if not 1 <= self.workers_per_node <= MAX_WORKERS_PER_NODE:
                 raise ValueError(f"workers_per_node must be between 1 and {MAX_WORKERS_PER_NODE}")
-            if self.gpu is not None and self.workers_per_node != self.gpu.count:
-                raise ValueError(f"workers_per_node={self.workers_per_node} disagrees with "
-                                 f"gpu={self.gpu} (one worker per GPU); drop workers_per_node")
+            if self.gpu is not None and self.gpu.count % self.workers_per_node:
+                raise ValueError(f"workers_per_node={self.workers_per_node} does not divide "
+                                 f"gpu={self.gpu} (each worker drives gpu count / "
+                                 "workers_per_node GPUs); drop workers_per_node")
         if self.run_on == "head" and self.distributed_mode == "manual":
             raise ValueError("run_on='head' needs distributed_mode='auto' (the other workers "
                              "wait for the head's trainers on MASTER_PORT)")
@@ -273,11 +274,11 @@ class TaskSpec(_Frozen):
 
     @property
     def slots_per_node(self) -> int:
-        """Worker processes per node: one per GPU, else ``workers_per_node`` (default 1)."""
+        """Worker processes per node: ``workers_per_node``, else one per GPU, else 1."""
         if self.distributed_mode == "manual":
             return 1
         if self.gpu is not None:
-            return self.gpu.count
+            return self.workers_per_node or self.gpu.count
         return self.workers_per_node or 1
 
     @property

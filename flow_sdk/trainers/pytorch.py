@@ -266,6 +266,7 @@ class PyTorchDistributor:
                  timeout_s: float | None = None) -> None:
         if not callable(train_func):
             raise problem("train_func", f"must be a function, got {type(train_func).__name__}")
+        self._whole_job = scaling_config is None  # inside a head job: all of its workers
         if scaling_config is None:
             scaling_config = PyTorchScalingConfig()
         if not isinstance(scaling_config, PyTorchScalingConfig):
@@ -274,7 +275,6 @@ class PyTorchDistributor:
         if timeout_s is not None and not timeout_s > 0:
             raise problem("timeout_s", f"must be a positive number of seconds, got {timeout_s!r}")
         self.train_func = train_func
-        self._whole_job = scaling_config is None  # inside a head job: all of its workers
         self.scaling_config = scaling_config
         self.timeout_s = timeout_s
         self.provider = provider

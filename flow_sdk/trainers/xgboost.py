@@ -177,14 +177,14 @@ def _xgboost_fit(job: _FitJob) -> dict[str, Any]:
     """The task's function: join the collective (more than one worker), build, train."""
     place = Place.here()
     if place.world_size == 1:
-        return _train(job, place.rank, place.world_size)
+        return {**_train(job, place.rank, place.world_size), "node": place.node_rank}
     config = CollectiveConfig(rank=place.rank, world_size=place.world_size,
                               leader_ip=place.main_ip,
                               exchange_port=int(os.environ["MASTER_PORT"]),
                               token=place.task_id or "flow-xgboost",
                               timeout_s=job.bootstrap_timeout_s)
     with xgboost_collective(config):
-        return _train(job, place.rank, place.world_size)
+        return {**_train(job, place.rank, place.world_size), "node": place.node_rank}
 
 
 class XGBEstimator:

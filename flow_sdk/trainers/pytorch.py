@@ -128,6 +128,21 @@ class PyTorchScalingConfig:
         """Workers in all."""
         return self.num_nodes * self.num_workers_per_node
 
+    def task_options(self, gpu_type: str = DEFAULT_GPU_TYPE) -> dict[str, Any]:
+        """The ``@app.function`` options of a task with this layout; with GPUs each node
+        gets ``num_workers_per_node * num_gpus`` of ``gpu_type``."""
+        resources = self.resource_requirements_per_worker
+        options: dict[str, Any] = {
+            "num_instances": self.num_nodes,
+            "workers_per_node": self.num_workers_per_node,
+            "distributed_mode": "auto",
+            "gpu": (f"{gpu_type}:{self.num_workers_per_node * resources.num_gpus}"
+                    if resources.num_gpus else None),
+        }
+        if resources.num_cpus:
+            options["environment"] = {"OMP_NUM_THREADS": str(resources.num_cpus)}
+        return options
+
 
 class TrainingContext:
     """What ``get_context()`` returns inside ``train_func``: this worker's place in the run,
@@ -279,17 +294,7 @@ class PyTorchDistributor:
         self.timeout_s = timeout_s
         self.provider = provider
         self.provider_config = provider_config
-        resources = scaling_config.resource_requirements_per_worker
-        derived: dict[str, Any] = {
-            "num_instances": scaling_config.num_nodes,
-            "workers_per_node": scaling_config.num_workers_per_node,
-            "distributed_mode": "auto",
-            "gpu": (f"{gpu_type}:{scaling_config.num_workers_per_node * resources.num_gpus}"
-                    if resources.num_gpus else None),
-        }
-        if resources.num_cpus:
-            derived["environment"] = {"OMP_NUM_THREADS": str(resources.num_cpus)}
-        self._options = launch_options(derived, function_options)
+        self._options = launch_options(scaling_config.task_options(gpu_type), function_options)
         self._app = FlowApp("pytorch", provider=provider, provider_config=provider_config)
         # Declared now so bad options fail here; ``run`` adds the artifact volume if needed.
         self._remote: RemoteFunction[[_RunJob], Any] = declare(self._app, _pytorch_run,

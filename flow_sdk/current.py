@@ -40,12 +40,12 @@ class Parallel:
     @property
     def node_index(self) -> int:
         """This node's index: 0 on the control node."""
-        return int(_read("node_index"))  # type: ignore[call-overload]
+        return _int("FLOW_NODE_RANK", 0)
 
     @property
     def num_nodes(self) -> int:
         """Nodes in the task."""
-        return int(_read("num_nodes"))  # type: ignore[call-overload]
+        return _int("FLOW_NUM_NODES", 1)
 
     @property
     def control_task_id(self) -> str | None:

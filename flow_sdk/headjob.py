@@ -15,6 +15,10 @@ function with the torchrun variables of that call's layout (``RANK``, ``WORLD_SI
 ``MASTER_PORT`` a fresh port), restored afterwards. When the function returns, the head tells
 the workers to stop and they exit with ``None``.
 
+The head's own environment is the job's (``WORLD_SIZE`` counts every worker), so a head script
+does not call ``init_process_group`` itself; the trainers' calls do, inside the call's layout.
+``MASTER_PORT`` is the pool's for the life of the job; each call gets a port of its own.
+
 The link is authenticated with a random key made by the client and shipped inside the task's
 payload: a worker proves it holds the key before it is sent anything, and every message in
 either direction carries an HMAC over its sequence number and the connection's nonce.
@@ -30,6 +34,7 @@ import socket
 import struct
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -294,13 +299,11 @@ def _connect(key: bytes, address: str, port: int, rank: int) -> _Link:
 
 
 def _serve(link: _Link) -> None:
-    import traceback
-
     while True:
         try:
             call = link.receive()
         except HeadJobError:
-            return  # the head finished and closed the connection
+            return  # the head died without a word: its own failure is what the task reports
         if call is None:
             return
         with _environment(call.env):

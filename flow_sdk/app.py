@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from flow_sdk import payload, protocol, scripts
+from flow_sdk import headjob, payload, protocol, scripts
 from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
 from flow_sdk.protocol import BootConfig, LaunchedNode, LaunchRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
@@ -98,7 +98,7 @@ class FlowApp:
     def _submit_bundle(self, bundle: scripts.ScriptBundle, options: dict[str, Any]) -> Task:
         spec = self._spec_for(scripts.run_bundle, options).model_copy(
             update={"name": bundle.name})
-        blob = payload.pack_call(scripts.run_bundle, (bundle,), {})
+        blob = payload.pack_call(*headjob.call_for(spec, scripts.run_bundle, (bundle,), {}))
         return launch_task(self.provider(spec.provider), spec, blob)
 
 
@@ -132,7 +132,7 @@ class RemoteFunction(Generic[P, R]):
     def spawn(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """Launch the task and return its handle at once."""
         provider = self.app.provider(self.spec.provider)
-        blob = payload.pack_call(self.fn, args, kwargs)
+        blob = payload.pack_call(*headjob.call_for(self.spec, self.fn, args, dict(kwargs)))
         return launch_task(provider, self.spec, blob)
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -23,7 +23,42 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = ["task_id", "node_index", "num_nodes", "main_ip", "rank", "local_rank", "world_size",
-           "local_world_size", "is_main", "restart_count", "in_task", "mounts", "path"]
+           "local_world_size", "is_main", "restart_count", "in_task", "mounts", "path",
+           "parallel"]
+
+
+class Parallel:
+    """Metaflow's ``current.parallel``: the same values as ``current``, under Metaflow's
+    names. ``control_task_id`` is the task's id (every node of a flow task belongs to one
+    task, whose node 0 is the control node)."""
+
+    @property
+    def main_ip(self) -> str:
+        """The control node's (node 0's) address."""
+        return str(_read("main_ip"))
+
+    @property
+    def node_index(self) -> int:
+        """This node's index: 0 on the control node."""
+        return _int("FLOW_NODE_RANK", 0)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in the task."""
+        return _int("FLOW_NUM_NODES", 1)
+
+    @property
+    def control_task_id(self) -> str | None:
+        """The task's id (``None`` outside a task)."""
+        value = _read("task_id")
+        return value if isinstance(value, str) else None
+
+    def __repr__(self) -> str:
+        return (f"Parallel(main_ip={self.main_ip!r}, node_index={self.node_index}, "
+                f"num_nodes={self.num_nodes})")
+
+
+_PARALLEL = Parallel()
 
 PathT = TypeVar("PathT", str, Path)
 
@@ -81,6 +116,8 @@ def _read(name: str) -> object:
         return _read("rank") == 0
     if name == "restart_count":
         return _int("FLOW_RESTART_COUNT", 0)
+    if name == "parallel":
+        return _PARALLEL
     if name == "mounts":
         return {mount: str(entry["path"]) for mount, entry in _mount_table().items()}
     raise AttributeError(f"flow_sdk.current has no attribute {name!r}; available: {', '.join(__all__)}")

@@ -2,13 +2,17 @@
 
 The client packs the script, or a whole directory, into a ``ScriptBundle`` (a zip archive in
 memory, stored with the payload). The task's function is ``run_bundle(bundle)``: on every
-worker it unpacks the bundle into a directory of its own, changes into it, sets ``sys.argv``
-and runs the entry point as ``__main__`` (runpy), with the rendezvous environment already
-set, so ``torch.distributed.init_process_group()`` works as under torchrun.
+worker (or on the head only, with ``run_on="head"``) it changes into the bundle's directory
+on the node (``code/`` in the node's working directory, unpacked once and kept for the life of
+the task on that node, restarts included), sets ``sys.argv`` and runs the entry point as
+``__main__`` (runpy), with the rendezvous environment already set, so
+``torch.distributed.init_process_group()`` works as under torchrun. The script's
+``__return__`` global, if it sets one, is its result.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import runpy
@@ -18,6 +22,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from flow_sdk.errors import FieldProblem, ScriptExitError, ValidationError
 
@@ -76,12 +81,17 @@ def bundle_file(path: str | os.PathLike[str], args: Sequence[str] = ()) -> Scrip
 def bundle_directory(directory: str | os.PathLike[str], entrypoint: str,
                      args: Sequence[str] = ()) -> ScriptBundle:
     """Pack a directory (without version control, caches and virtual environments);
-    ``entrypoint``, a path inside it, runs as ``__main__`` from the directory's root."""
+    ``entrypoint``, a path inside it, runs as ``__main__`` from the directory's root. An
+    entry point given from the directory's parent (``project/main.py`` for ``project``, as
+    Snowflake writes it) means the same file."""
     root = Path(directory)
     if not root.is_dir():
         raise ValidationError([FieldProblem(
             "directory", f"{str(directory)!r} is not a directory")])
     entry = PurePosixPath(Path(entrypoint).as_posix())
+    if (not (root / entry).is_file() and len(entry.parts) > 1
+            and entry.parts[0] == root.resolve().name):  # given from the directory's parent
+        entry = PurePosixPath(*entry.parts[1:])
     if entry.is_absolute() or ".." in entry.parts or not (root / entry).is_file():
         raise ValidationError([FieldProblem(
             "entrypoint", f"{entrypoint!r} must be the relative path of a file inside "
@@ -99,26 +109,48 @@ def bundle_directory(directory: str | os.PathLike[str], entrypoint: str,
     return _sealed(_task_name(str(entry)), str(entry), arguments, buffer, str(root))
 
 
-def run_bundle(bundle: ScriptBundle) -> None:
-    """Unpack the bundle into a fresh directory (under the node's working directory inside a
-    task), change into it and run the entry point as ``__main__``. ``sys.exit(0)`` counts as
-    success; another code raises ScriptExitError."""
-    inside_task = "FLOW_TASK_ID" in os.environ
-    rank = os.environ.get("RANK", os.environ.get("FLOW_NODE_RANK", "0"))
-    root = Path(tempfile.mkdtemp(prefix=f"code-{rank}-",
-                                 dir=os.getcwd() if inside_task else None))
+CODE_DIR = "code"  # the bundle's folder in a node's working directory
+_UNPACKED = ".flow-unpacked"
+
+
+def _code_dir(bundle: ScriptBundle) -> Path:
+    """Inside a task: ``code/`` in the node's working directory (the workers' start directory),
+    unpacked once per node and shared by its workers and by every generation of the task, so
+    relative paths a script writes (``snapshot.pt``) are there after a restart. Outside a
+    task: a fresh temporary directory."""
+    if "FLOW_TASK_ID" not in os.environ:
+        root = Path(tempfile.mkdtemp(prefix="flow-code-"))
+        _unpack(bundle, root)
+        return root
+    root = Path(os.getcwd()) / CODE_DIR
+    with open(Path(os.getcwd()) / f"{CODE_DIR}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the node's workers start together: one unpacks
+        if not (root / _UNPACKED).exists():
+            _unpack(bundle, root)
+            (root / _UNPACKED).touch()
+    return root
+
+
+def _unpack(bundle: ScriptBundle, root: Path) -> None:
     with zipfile.ZipFile(io.BytesIO(bundle.archive)) as archive:
         archive.extractall(root)
+
+
+def run_bundle(bundle: ScriptBundle) -> Any:
+    """Run the entry point as ``__main__`` from the bundle's directory (see ``_code_dir``)
+    and return the script's ``__return__`` (``None`` when it sets none). ``sys.exit(0)``
+    counts as success; another code raises ScriptExitError."""
+    root = _code_dir(bundle)
     script = root / bundle.entrypoint
     saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [str(script), *bundle.args]
     sys.path.insert(0, str(script.parent))
     os.chdir(root)
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        namespace = runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         if exc.code is None or exc.code == 0:
-            return
+            return None
         if isinstance(exc.code, int):
             raise ScriptExitError(f"{bundle.entrypoint} exited with code {exc.code}",
                                   exc.code) from None
@@ -127,3 +159,4 @@ def run_bundle(bundle: ScriptBundle) -> None:
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         os.chdir(saved_cwd)
+    return namespace.get("__return__")

@@ -175,6 +175,9 @@ class TaskSpec(_Frozen):
     min_instances: int | None = None
     workers_per_node: int | None = None
     distributed_mode: DistributedMode = "auto"
+    # "every_worker": the function (or script) runs on every worker (torchrun's way);
+    # "head": on rank 0 only, the other workers serve its trainers (Snowflake's job model).
+    run_on: Literal["every_worker", "head"] = "every_worker"
     environment: dict[str, str] = Field(default_factory=dict)
     image: str | None = None
     region: str | None = None
@@ -240,9 +243,13 @@ class TaskSpec(_Frozen):
         if self.workers_per_node is not None:
             if not 1 <= self.workers_per_node <= MAX_WORKERS_PER_NODE:
                 raise ValueError(f"workers_per_node must be between 1 and {MAX_WORKERS_PER_NODE}")
-            if self.gpu is not None and self.workers_per_node != self.gpu.count:
-                raise ValueError(f"workers_per_node={self.workers_per_node} disagrees with "
-                                 f"gpu={self.gpu} (one worker per GPU); drop workers_per_node")
+            if self.gpu is not None and self.gpu.count % self.workers_per_node:
+                raise ValueError(f"workers_per_node={self.workers_per_node} does not divide "
+                                 f"gpu={self.gpu} (each worker drives gpu count / "
+                                 "workers_per_node GPUs); drop workers_per_node")
+        if self.run_on == "head" and self.distributed_mode == "manual":
+            raise ValueError("run_on='head' needs distributed_mode='auto' (the other workers "
+                             "wait for the head's trainers on MASTER_PORT)")
         if self.distributed_mode == "manual" and self.workers_per_node not in (None, 1):
             raise ValueError("distributed_mode='manual' runs one process per node; "
                              "drop workers_per_node or use distributed_mode='auto'")
@@ -267,11 +274,11 @@ class TaskSpec(_Frozen):
 
     @property
     def slots_per_node(self) -> int:
-        """Worker processes per node: one per GPU, else ``workers_per_node`` (default 1)."""
+        """Worker processes per node: ``workers_per_node``, else one per GPU, else 1."""
         if self.distributed_mode == "manual":
             return 1
         if self.gpu is not None:
-            return self.gpu.count
+            return self.workers_per_node or self.gpu.count
         return self.workers_per_node or 1
 
     @property

@@ -185,7 +185,7 @@ class Agent:
         envs = [worker_env(task_id=self.task_id, membership=membership, local_rank=slot,
                            slots_per_node=spec.slots_per_node, master_port=record.master_port,
                            distributed=spec.distributed_mode == "auto", restart_count=gen,
-                           user_env={**volume_env, **spec.environment})
+                           max_restarts=spec.max_restarts, user_env={**volume_env, **spec.environment})
                 for slot in range(spec.slots_per_node)]
         workers = WorkerGroup(workdir=self.workdir, log_store=self.provider.logs,
                               task_id=self.task_id, node_rank=membership.node_rank, envs=envs,

@@ -97,6 +97,9 @@ class WorkerGroup:
                         "FLOW_PAYLOAD_DIGEST": self._payload_digest,
                         "FLOW_RESULT_PATH": str(self.result_path(rank)),
                         "FLOW_ERROR_PATH": str(self.error_path(rank))})
+            if "RANK" in extra and "TORCHELASTIC_ERROR_FILE" not in extra:  # like torchrun's,
+                env["TORCHELASTIC_ERROR_FILE"] = str(  # for torch.distributed.elastic's @record
+                    self._results / f"torchelastic-error-{rank}.json")
             proc = subprocess.Popen([sys.executable, "-m", "flow_sdk.agent.worker"],
                                     cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -153,6 +153,9 @@ def spec_options(fn: F) -> F:
         click.option("--availability-timeout", type=float, metavar="SECONDS",
                      help="How long nodes wait for each other at the start."),
         click.option("--max-restarts", type=int),
+        click.option("--run-on", type=click.Choice(["every_worker", "head"]),
+                     help="every_worker (default): on every worker, as torchrun does; head: "
+                          "on node 0 only, the other nodes serve its trainers (Snowflake jobs)."),
         click.option("--key-name", help="EC2 key pair for your own SSH access."),
         click.option("--provider", default="local", show_default=True),
         click.option("--provider-config", metavar="JSON",
@@ -171,7 +174,7 @@ def _spec_kwargs(params: dict[str, Any]) -> dict[str, Any]:
              "max_run_time_hours": "max_run_time_hours", "priority": "priority",
              "interconnect": "internode_interconnect",
              "availability_timeout": "availability_timeout_s", "max_restarts": "max_restarts",
-             "key_name": "key_name"}
+             "key_name": "key_name", "run_on": "run_on"}
     options = {target: params[source] for source, target in names.items()
                if params.get(source) is not None}
     if params.get("env"):
@@ -237,8 +240,9 @@ def _task(ref: str | None) -> Task:
 def run(path: Path, args: tuple[str, ...], entrypoint: str | None, app_name: str, detach: bool,
         source: str, as_json: bool, provider: str, provider_config: str | None,
         **spec: Any) -> None:
-    """Run a script (or a directory's entry point) on every worker of every node, stream
-    its logs, and exit with the task's code. Options go before PATH; everything after PATH is
+    """Run a script (or a directory's entry point) on every worker of every node (the
+    default; --run-on head runs it on node 0 only), stream its logs, and exit with the
+    task's code. Options go before PATH; everything after PATH is
     passed to the script.
 
     \b

@@ -76,6 +76,17 @@ class DataConnector:
         """A pandas DataFrame, converted to Arrow once (the index is dropped by default)."""
         return cls(TableSource(pa.Table.from_pandas(df, preserve_index=preserve_index)))
 
+    @classmethod
+    def from_dataframe(cls: type[_C], df: pd.DataFrame) -> _C:
+        """Snowflake's name: a pandas DataFrame, as :meth:`from_pandas`. A Snowpark
+        DataFrame has no meaning here: export its table to parquet and use
+        :meth:`from_parquet`."""
+        if not hasattr(df, "to_numpy") or not hasattr(df, "columns"):
+            raise DataSourceError(
+                f"from_dataframe() takes a pandas DataFrame, got {type(df).__name__}; for a "
+                "Snowpark table, write it to parquet and use from_parquet()")
+        return cls.from_pandas(df)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._source.describe()})"
 

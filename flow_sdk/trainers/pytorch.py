@@ -20,7 +20,9 @@
                                hyper_params={"lr": 1e-3})
     response.get_model_dir()                      # where rank 0 saved model.pt
 
-How it runs: ``run`` launches one task of ``num_nodes`` nodes with ``num_workers_per_node``
+Inside a ``run_on="head"`` job (see ``flow_sdk.headjob``), ``run`` uses the job's own workers
+(all of them when no scaling config is given) instead of launching a task. Elsewhere:
+``run`` launches one task of ``num_nodes`` nodes with ``num_workers_per_node``
 workers each (``distributed_mode="auto"``: the torch.distributed variables are set; with
 ``num_gpus=1`` every worker has its own GPU). Each worker sets up its context and calls
 ``train_func()``; the task's result is every worker's return value.
@@ -40,11 +42,12 @@ from __future__ import annotations
 
 import os
 import posixpath
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flow_sdk import current
+from flow_sdk import current, headjob
 from flow_sdk.app import FlowApp, RemoteFunction
 from flow_sdk.spec import MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_WORKERS_PER_NODE
 from flow_sdk.trainers._common import (
@@ -81,8 +84,9 @@ ARTIFACT_MOUNT = "/flow-artifacts"
 @dataclass(frozen=True)
 class WorkerResourceConfig:
     """What one worker gets: ``num_cpus`` threads (``OMP_NUM_THREADS``; 0 leaves the node's
-    default, its cores split evenly between its workers) and ``num_gpus`` (0, or 1: one GPU
-    per worker, so a node with 8 GPUs runs ``num_workers_per_node=8``)."""
+    default, its cores split evenly between its workers) and ``num_gpus`` GPUs (0 for CPU;
+    1 per worker for the usual one-process-per-GPU DDP; more, e.g. 4 with
+    ``num_workers_per_node=1``, gives one worker all of its node's GPUs)."""
 
     num_cpus: int = 0
     num_gpus: int = 0
@@ -90,12 +94,8 @@ class WorkerResourceConfig:
     def __post_init__(self) -> None:
         check_int(self.num_cpus, "scaling_config.resource_requirements_per_worker.num_cpus",
                   minimum=0)
-        gpus = check_int(self.num_gpus,
-                         "scaling_config.resource_requirements_per_worker.num_gpus", minimum=0)
-        if gpus > 1:
-            raise problem("scaling_config.resource_requirements_per_worker.num_gpus",
-                          f"a worker drives one GPU (got {gpus}); for {gpus} GPUs per node "
-                          f"set num_workers_per_node={gpus} and num_gpus=1")
+        check_int(self.num_gpus, "scaling_config.resource_requirements_per_worker.num_gpus",
+                  minimum=0, maximum=MAX_GPUS_PER_NODE)
 
 
 @dataclass(frozen=True)
@@ -117,15 +117,31 @@ class PyTorchScalingConfig:
         if not isinstance(resources, WorkerResourceConfig):
             raise problem("scaling_config.resource_requirements_per_worker",
                           f"must be a WorkerResourceConfig, got {type(resources).__name__}")
-        if resources.num_gpus and self.num_workers_per_node > MAX_GPUS_PER_NODE:
+        gpus = resources.num_gpus * self.num_workers_per_node
+        if gpus > MAX_GPUS_PER_NODE:
             raise problem("scaling_config.num_workers_per_node",
-                          f"with one GPU per worker a node has at most {MAX_GPUS_PER_NODE} "
-                          f"workers, got {self.num_workers_per_node}")
+                          f"{self.num_workers_per_node} workers x {resources.num_gpus} GPUs is "
+                          f"{gpus} GPUs per node, above the {MAX_GPUS_PER_NODE} a node has")
 
     @property
     def world_size(self) -> int:
         """Workers in all."""
         return self.num_nodes * self.num_workers_per_node
+
+    def task_options(self, gpu_type: str = DEFAULT_GPU_TYPE) -> dict[str, Any]:
+        """The ``@app.function`` options of a task with this layout; with GPUs each node
+        gets ``num_workers_per_node * num_gpus`` of ``gpu_type``."""
+        resources = self.resource_requirements_per_worker
+        options: dict[str, Any] = {
+            "num_instances": self.num_nodes,
+            "workers_per_node": self.num_workers_per_node,
+            "distributed_mode": "auto",
+            "gpu": (f"{gpu_type}:{self.num_workers_per_node * resources.num_gpus}"
+                    if resources.num_gpus else None),
+        }
+        if resources.num_cpus:
+            options["environment"] = {"OMP_NUM_THREADS": str(resources.num_cpus)}
+        return options
 
 
 class TrainingContext:
@@ -202,11 +218,11 @@ class _RunJob:
     dataset_map: dict[str, ShardedDataConnector]
     hyper_params: dict[str, Any]
     artifact_root: str  # on the nodes; current.path() resolves a volume mount path
+    run_name: str | None = None  # the model folder's name (default: the task id)
 
 
-def _model_dir_on_node(artifact_root: str, task_id: str | None) -> str:
-    path = current.path(posixpath.join(artifact_root, "model", task_id or "no-task"),
-                        write=True)
+def _model_dir_on_node(artifact_root: str, name: str | None) -> str:
+    path = current.path(posixpath.join(artifact_root, "model", name or "no-task"), write=True)
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -216,7 +232,8 @@ def _pytorch_run(job: _RunJob) -> Any:
     global _context
     place = Place.here()
     _context = TrainingContext(place, job.dataset_map, job.hyper_params,
-                               _model_dir_on_node(job.artifact_root, place.task_id))
+                               _model_dir_on_node(job.artifact_root,
+                                                  job.run_name or place.task_id))
     try:
         return job.train_func()
     finally:
@@ -230,7 +247,7 @@ class PyTorchRunResponse:
     task_id: str
     model_dir: str
     results: list[Any]
-    task: Task = field(repr=False, compare=False)
+    task: Task | None = field(repr=False, compare=False)  # None: ran inside a head job
 
     def get_model_dir(self) -> str:
         """The run's model directory, as this machine opens it (see the module docstring
@@ -264,6 +281,7 @@ class PyTorchDistributor:
                  timeout_s: float | None = None) -> None:
         if not callable(train_func):
             raise problem("train_func", f"must be a function, got {type(train_func).__name__}")
+        self._whole_job = scaling_config is None  # inside a head job: all of its workers
         if scaling_config is None:
             scaling_config = PyTorchScalingConfig()
         if not isinstance(scaling_config, PyTorchScalingConfig):
@@ -276,17 +294,7 @@ class PyTorchDistributor:
         self.timeout_s = timeout_s
         self.provider = provider
         self.provider_config = provider_config
-        resources = scaling_config.resource_requirements_per_worker
-        derived: dict[str, Any] = {
-            "num_instances": scaling_config.num_nodes,
-            "workers_per_node": scaling_config.num_workers_per_node,
-            "distributed_mode": "auto",
-            "gpu": (f"{gpu_type}:{scaling_config.num_workers_per_node}"
-                    if resources.num_gpus else None),
-        }
-        if resources.num_cpus:
-            derived["environment"] = {"OMP_NUM_THREADS": str(resources.num_cpus)}
-        self._options = launch_options(derived, function_options)
+        self._options = launch_options(scaling_config.task_options(gpu_type), function_options)
         self._app = FlowApp("pytorch", provider=provider, provider_config=provider_config)
         # Declared now so bad options fail here; ``run`` adds the artifact volume if needed.
         self._remote: RemoteFunction[[_RunJob], Any] = declare(self._app, _pytorch_run,
@@ -302,15 +310,20 @@ class PyTorchDistributor:
 
     def run(self, dataset_map: Mapping[str, DataConnector | Any] | None = None,
             hyper_params: Mapping[str, Any] | None = None,
-            artifact_location: str | os.PathLike[str] | None = None) -> PyTorchRunResponse:
+            artifact_location: str | os.PathLike[str] | None = None, *,
+            artifact_stage_location: str | os.PathLike[str] | None = None
+            ) -> PyTorchRunResponse:
         """Launch the run, wait for it, and return its response.
 
         ``dataset_map`` maps names to ``DataConnector`` s (each becomes a
         ``ShardedDataConnector``: ``get_shard()`` inside ``train_func`` is that worker's
         part); ``hyper_params`` is any picklable mapping; ``artifact_location`` is the
-        directory the model directory goes under (see the module docstring). A failed
-        worker re-raises its exception here with the remote traceback.
+        directory the model directory goes under (see the module docstring);
+        ``artifact_stage_location`` is Snowflake's name for it (a directory here: stages do
+        not exist). A failed worker re-raises its exception here with the remote traceback.
         """
+        if artifact_stage_location is not None:
+            artifact_location = _stage_as_directory(artifact_stage_location, artifact_location)
         if dataset_map is not None and not isinstance(dataset_map, Mapping):
             raise problem("dataset_map", "must be a dict of name -> DataConnector, got "
                                          f"{type(dataset_map).__name__}")
@@ -319,6 +332,9 @@ class PyTorchDistributor:
                                           f"{type(hyper_params).__name__}")
         datasets = {str(name): as_sharded(data, f"dataset_map[{name!r}]")
                     for name, data in (dataset_map or {}).items()}
+        pool = headjob.active()
+        if pool:  # inside a run_on="head" job: on the job's own workers
+            return self._run_in_job(pool, datasets, dict(hyper_params or {}), artifact_location)
         remote = self._remote
         volume: Volume | None = None
         if artifact_location is None:
@@ -340,3 +356,45 @@ class PyTorchDistributor:
         if volume is not None and self.provider == "local":
             model_dir = os.fspath(volume.local_path / "model" / task.task_id)
         return PyTorchRunResponse(task.task_id, model_dir, results, task)
+
+    def _run_in_job(self, pool: headjob.HeadPool, datasets: dict[str, ShardedDataConnector],
+                    hyper_params: dict[str, Any],
+                    artifact_location: str | os.PathLike[str] | None) -> PyTorchRunResponse:
+        """Run on the workers of the job this process heads. The model directory is under
+        ``artifact_location`` (default: ``flow-artifacts`` in the head's working directory);
+        rank 0, the head, writes to its own node's disk there."""
+        config = self.scaling_config
+        if not self._whole_job:
+            for field_name, wanted, has in (
+                    ("num_nodes", config.num_nodes, pool.num_nodes),
+                    ("num_workers_per_node", config.num_workers_per_node,
+                     pool.workers_per_node)):
+                if wanted > has:
+                    raise problem(f"scaling_config.{field_name}",
+                                  f"asks for {wanted} but this job has {has}; leave "
+                                  "scaling_config out to use the whole job")
+        ranks = (pool.ranks() if self._whole_job
+                 else pool.ranks(config.num_nodes, config.num_workers_per_node))
+        root = os.path.abspath(os.fspath(artifact_location or "flow-artifacts"))
+        task_id = str(current.task_id or "no-task")
+        run_name = f"{task_id}-{secrets.token_hex(3)}"
+        job = _RunJob(self.train_func, datasets, hyper_params, root, run_name)
+        results = pool.run(_pytorch_run, (job,), ranks)
+        return PyTorchRunResponse(task_id, posixpath.join(root, "model", run_name), results,
+                                  None)
+
+
+def _stage_as_directory(stage: str | os.PathLike[str],
+                        artifact_location: str | os.PathLike[str] | None) -> str:
+    """Snowflake's ``artifact_stage_location`` as ``artifact_location``: a directory path is
+    accepted; a stage name is refused with what to use instead."""
+    text = os.fspath(stage)
+    if artifact_location is not None:
+        raise problem("artifact_stage_location", "give artifact_location or "
+                                                 "artifact_stage_location, not both")
+    if text.startswith("@") or ("/" not in text and "." in text):
+        raise problem("artifact_stage_location",
+                      f"{text!r} names a Snowflake stage, which does not exist here; pass a "
+                      "directory every node can write (a file volume's mount path, or any "
+                      "local path with the local provider) as artifact_location")
+    return text

@@ -14,7 +14,9 @@
                             verbose_eval=10)
     estimator.predict(eval_df)          # on this machine, with the trained booster
 
-How it runs: ``fit`` launches one task of ``num_workers`` nodes with one worker each
+Inside a ``run_on="head"`` job (see ``flow_sdk.headjob``), ``fit`` trains on the job's own
+workers (all of them with ``num_workers=-1``) instead of launching a task. Elsewhere:
+``fit`` launches one task of ``num_workers`` nodes (1 for -1) with one worker each
 (``distributed_mode="auto"``, so every worker has ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
 ``MASTER_PORT``). Rank 0 hosts XGBoost's ``RabitTracker`` on the leader; every worker joins
 XGBoost's own collective with XGBoost's rank equal to its flow rank (see ``_collective``).
@@ -40,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flow_sdk import headjob
 from flow_sdk.app import FlowApp, RemoteFunction
 from flow_sdk.spec import MAX_INSTANCES
 from flow_sdk.trainers._collective import CollectiveConfig, xgboost_collective
@@ -73,23 +76,31 @@ DEFAULT_BOOTSTRAP_TIMEOUT_S = 600.0
 class XGBScalingConfig:
     """How many workers train and what each one gets.
 
-    ``num_workers``: nodes, one XGBoost worker each (default 1). ``num_cpu_per_worker``:
-    XGBoost threads per worker (``nthread``); ``None`` uses every core of the node.
+    ``num_workers``: XGBoost workers; -1 (the default) means "what the cluster has": every
+    worker of the ``run_on="head"`` job ``fit`` is called in, and one node outside any job.
+    Outside a job each worker is a node of its own. ``num_cpu_per_worker``: XGBoost threads
+    per worker (``nthread``); -1 or ``None`` uses the worker's share of its node's cores.
     ``use_gpu``: each node gets one GPU (of the estimator's ``gpu_type``) and XGBoost trains
     with ``device="cuda"``. Invalid values raise ``flow_sdk.ValidationError`` naming the
     field, here, before anything is launched.
     """
 
-    num_workers: int = 1
-    num_cpu_per_worker: int | None = None
+    num_workers: int = -1
+    num_cpu_per_worker: int | None = -1
     use_gpu: bool = False
 
     def __post_init__(self) -> None:
-        check_int(self.num_workers, "scaling_config.num_workers", minimum=1,
-                  maximum=MAX_INSTANCES)
-        if self.num_cpu_per_worker is not None:
+        if self.num_workers != -1:
+            check_int(self.num_workers, "scaling_config.num_workers", minimum=1,
+                      maximum=MAX_INSTANCES)
+        if self.num_cpu_per_worker not in (None, -1):
             check_int(self.num_cpu_per_worker, "scaling_config.num_cpu_per_worker", minimum=1)
         check_bool(self.use_gpu, "scaling_config.use_gpu")
+
+    @property
+    def nodes_outside_a_job(self) -> int:
+        """Nodes ``fit`` launches when it is not called inside a job."""
+        return max(1, self.num_workers)
 
 
 @dataclass(frozen=True)
@@ -166,20 +177,21 @@ def _xgboost_fit(job: _FitJob) -> dict[str, Any]:
     """The task's function: join the collective (more than one worker), build, train."""
     place = Place.here()
     if place.world_size == 1:
-        return _train(job, place.rank, place.world_size)
+        return {**_train(job, place.rank, place.world_size), "node": place.node_rank}
     config = CollectiveConfig(rank=place.rank, world_size=place.world_size,
                               leader_ip=place.main_ip,
                               exchange_port=int(os.environ["MASTER_PORT"]),
                               token=place.task_id or "flow-xgboost",
                               timeout_s=job.bootstrap_timeout_s)
     with xgboost_collective(config):
-        return _train(job, place.rank, place.world_size)
+        return {**_train(job, place.rank, place.world_size), "node": place.node_rank}
 
 
 class XGBEstimator:
     """Train an XGBoost model on ``scaling_config.num_workers`` nodes of a flow provider.
 
-    ``params`` and ``num_boost_round`` are ``xgboost.train``'s. ``external_memory=True``
+    ``params`` and ``num_boost_round`` are ``xgboost.train``'s (``n_estimators``, when given,
+    sets ``num_boost_round``). ``external_memory=True``
     builds each worker's matrix as an ``ExtMemQuantileDMatrix`` (binned pages cached on the
     node's disk) for data larger than a node's memory; ``batch_size`` is the rows per Arrow
     batch handed to XGBoost. ``provider``/``provider_config`` pick where the nodes run
@@ -196,6 +208,7 @@ class XGBEstimator:
 
     def __init__(self, params: Mapping[str, Any] | None = None, num_boost_round: int = 100,
                  scaling_config: XGBScalingConfig | None = None, *,
+                 n_estimators: int | None = None,
                  external_memory: bool = False, batch_size: int = DEFAULT_BATCH_ROWS,
                  provider: str = "local", provider_config: dict[str, Any] | None = None,
                  gpu_type: str = DEFAULT_GPU_TYPE,
@@ -206,6 +219,8 @@ class XGBEstimator:
             raise problem("params", f"must be a dict of xgboost parameters, got "
                                     f"{type(params).__name__}")
         self.params: dict[str, Any] = dict(params or {})
+        if n_estimators is not None:  # Snowflake's (and scikit-learn's) name for the rounds
+            num_boost_round = check_int(n_estimators, "n_estimators", minimum=1)
         self.num_boost_round = check_int(num_boost_round, "num_boost_round", minimum=1)
         if scaling_config is None:
             scaling_config = XGBScalingConfig()
@@ -223,7 +238,7 @@ class XGBEstimator:
         self.timeout_s = timeout_s
         self.bootstrap_timeout_s = float(bootstrap_timeout_s)
         derived: dict[str, Any] = {  # one worker per node (with one GPU under use_gpu)
-            "num_instances": scaling_config.num_workers, "workers_per_node": 1,
+            "num_instances": scaling_config.nodes_outside_a_job, "workers_per_node": 1,
             "distributed_mode": "auto",
             "gpu": f"{gpu_type}:1" if scaling_config.use_gpu else None}
         self._app = FlowApp("xgboost", provider=provider, provider_config=provider_config)
@@ -241,7 +256,7 @@ class XGBEstimator:
 
     def _worker_params(self) -> dict[str, Any]:
         params = dict(self.params)
-        if self.scaling_config.num_cpu_per_worker is not None:
+        if self.scaling_config.num_cpu_per_worker not in (None, -1):
             params.setdefault("nthread", self.scaling_config.num_cpu_per_worker)
         if self.scaling_config.use_gpu:
             params.setdefault("device", "cuda")
@@ -266,6 +281,8 @@ class XGBEstimator:
         """
         from flow_sdk.data import ColumnNotFoundError
 
+        pool = headjob.active()
+        ranks = self._job_ranks(pool) if pool else []
         train = as_sharded(dataset, "dataset")
         evaluation = as_sharded(eval_set, "eval_set") if eval_set is not None else None
         if isinstance(input_cols, str) or not input_cols:
@@ -280,17 +297,21 @@ class XGBEstimator:
             if missing:
                 raise ColumnNotFoundError(f"{name} has no column(s) {missing}; available: "
                                           f"{data.column_names}")
-            _check_shards(data, name, self.scaling_config.num_workers)
+            _check_shards(data, name,
+                          len(ranks) if pool else self.scaling_config.nodes_outside_a_job)
         job = _FitJob(params=self._worker_params(), num_boost_round=self.num_boost_round,
                       dataset=train, input_cols=cols, label_col=label_col,
                       eval_set=evaluation,
                       verbose_eval=verbose_eval if verbose_eval is not None else False,
                       external_memory=self.external_memory, batch_size=self.batch_size,
                       bootstrap_timeout_s=self.bootstrap_timeout_s)
-        task = self._remote.spawn(job)
-        self.task = task
-        results = sorted(wait_for_results(task, self.timeout_s, stream=bool(verbose_eval)),
-                         key=lambda r: int(r["rank"]))
+        if pool:  # inside a run_on="head" job: on the job's own workers
+            results = pool.run(_xgboost_fit, (job,), ranks)
+        else:
+            task = self._remote.spawn(job)
+            self.task = task
+            results = sorted(wait_for_results(task, self.timeout_s, stream=bool(verbose_eval)),
+                             key=lambda r: int(r["rank"]))
         leader = results[0]
         booster = _load_booster(leader.pop("model"))
         self._booster = booster
@@ -298,6 +319,19 @@ class XGBEstimator:
         self.evals_result = leader["evals_result"]
         self.worker_info = results
         return booster
+
+    def _job_ranks(self, pool: headjob.HeadPool) -> list[int]:
+        """The job ranks that train: all of them for ``num_workers=-1``, else the first
+        ``num_workers``."""
+        ranks = pool.ranks()
+        wanted = self.scaling_config.num_workers
+        if wanted == -1:
+            return ranks
+        if wanted > len(ranks):
+            raise problem("scaling_config.num_workers",
+                          f"asks for {wanted} workers but this job has {len(ranks)}; use -1 "
+                          "for all of them or start the job with more nodes")
+        return ranks[:wanted]
 
     def get_booster(self) -> xgboost.Booster:
         """The booster of the last :meth:`fit`."""

@@ -53,7 +53,7 @@ def test_gpu_spec_rejections_name_the_problem(text: str, fragment: str) -> None:
     ({"distributed_mode": "magic"}, "distributed_mode", "auto"),
     ({"environment": {"1BAD": "x"}}, "environment", "not valid shell names"),
     ({"num_instances": 2, "min_instances": 3}, "task", "min_instances"),
-    ({"gpu": "h100:8", "workers_per_node": 4}, "task", "disagrees"),
+    ({"gpu": "h100:8", "workers_per_node": 3}, "task", "does not divide"),
     ({"priority": "urgent"}, "priority", "low"),
 ])
 def test_bad_options_raise_validation_error_naming_the_field(

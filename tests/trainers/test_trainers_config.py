@@ -54,7 +54,7 @@ def noop() -> None:
     (lambda: PyTorchScalingConfig(num_workers_per_node=17,
                                   resource_requirements_per_worker=WorkerResourceConfig(
                                       num_gpus=1)), "scaling_config.num_workers_per_node"),
-    (lambda: WorkerResourceConfig(num_gpus=4),
+    (lambda: WorkerResourceConfig(num_gpus=17),
      "scaling_config.resource_requirements_per_worker.num_gpus"),
     (lambda: WorkerResourceConfig(num_cpus=-2),
      "scaling_config.resource_requirements_per_worker.num_cpus"),

@@ -26,10 +26,10 @@ class _FlowGroup(click.Group):
         except Exception as exc:  # the last line of defence: every error becomes one line
             if ctx.meta.get("flow.debug"):
                 raise
-            click.echo(f"flow: {one_line(exc)}", err=True)
+            line = f"flow: {one_line(exc)}"
             if not isinstance(exc, FlowError) and _is_unexpected(exc):
-                click.echo("flow: (an unexpected error; `flow --debug ...` shows where)",
-                           err=True)
+                line += f" ({type(exc).__name__}: unexpected; `flow --debug ...` shows where)"
+            click.echo(line, err=True)
             ctx.exit(error_code(exc) if isinstance(exc, FlowError) else EXIT_FAILED)
 
 

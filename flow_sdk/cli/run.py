@@ -20,7 +20,9 @@ from flow_sdk.cli._main import main
 from flow_sdk.cli._options import backend, provider_config_of, spec_kwargs, spec_options
 from flow_sdk.cli._output import emit_json
 from flow_sdk.progress import Reporter, WatchOptions, show_plan, wait_running
+from flow_sdk.errors import ValidationError
 from flow_sdk.protocol import TaskStatus
+from flow_sdk.script_imports import local_module_files
 from flow_sdk.spec import build_task_spec
 from flow_sdk.task import LOG_SOURCES, Task
 
@@ -87,7 +89,13 @@ def run(path: Path, args: tuple[str, ...], entrypoint: str | None, app_name: str
     chosen = backend(provider, config)
     reporter = Reporter(quiet)
     name = Path(entrypoint or "main.py").stem if path.is_dir() else path.stem
-    plan = chosen.plan(build_task_spec(app=app_name, name=name, provider=provider, **options))
+    if not path.is_dir():
+        local_module_files(path)  # an import it cannot follow stops here, before the plan
+    task_spec = build_task_spec(app=app_name, name=name, provider=provider, **options)
+    problems = chosen.check(task_spec)
+    if problems:
+        raise ValidationError(problems)
+    plan = chosen.plan(task_spec)
     show_plan(plan, reporter, WatchOptions(quiet=quiet, confirm=not yes))
     app = FlowApp(app_name, provider=provider, provider_config=config)
     task: Task | None = None

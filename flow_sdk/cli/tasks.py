@@ -191,9 +191,9 @@ def doctor(task_ref: str, timeout: float, as_json: bool) -> None:
     the leader's rendezvous port. Exits 1 when a pair cannot talk."""
     from flow_sdk.doctor import check_task
 
-    checks = checkfind_task(find_task(task_ref), timeout_s=timeout)
+    checks = check_task(find_task(task_ref), timeout_s=timeout)
     if as_json:
-        emit_json([dataclasses.asdict(c) for c in checks])
+        emit_json([{**dataclasses.asdict(c), "ok": c.ok} for c in checks])
     else:
         for check in checks:
             if check.ok:

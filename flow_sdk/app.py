@@ -106,7 +106,7 @@ class FlowApp:
     def _submit_bundle(self, bundle: scripts.ScriptBundle, options: dict[str, Any]) -> Task:
         spec = self._spec_for(scripts.run_bundle, options).model_copy(
             update={"name": bundle.name})
-        blob = payload.pack_call(scripts.run_bundle, (bundle,), {})
+        blob = payload.pack_call(scripts.run_bundle, (bundle,), {}, include=spec.include)
         return launch_task(self.provider(spec.provider), spec, blob)
 
 

@@ -228,12 +228,9 @@ class Task:
         return payload.loads(raw)
 
     def error(self) -> BaseException | None:
-        """The exception ``result()`` raises for a task that ended without success (with the
-        remote traceback as its ``__cause__``), or None while it runs or once it succeeded."""
+        """The exception ``result()`` raises once the task ended without success, else None."""
         status = self.status
-        if not status.is_terminal or status is TaskStatus.SUCCEEDED:
-            return None
-        return self._error()
+        return None if not status.is_terminal or status is TaskStatus.SUCCEEDED else self._error()
 
     def _error(self) -> BaseException:
         outcome = self.outcome()
@@ -342,15 +339,12 @@ class Task:
              rank: int | None = None) -> list[str] | Iterator[str]:
         """Log lines labelled ``[Node i] [HH:MM:SS]`` (plus the rank when a node runs several
         workers), merged in time order across nodes. ``since`` is an epoch time; ``rank``
-        keeps one global rank's output (e.g. 0).
-
-        ``source`` picks the streams: ``"workers"`` (what user code printed, with the task's
-        events as SDK lines labelled ``[flow]``: a lost node, a restart, its replacements and
-        the generation), ``"agent"`` (the node agents' own lines), ``"boot"`` (each node's raw
-        boot output: everything its agent wrote to stdout and stderr, readable even when a
-        node died before user code) or ``"all"``. With ``follow=True`` returns an iterator
-        that yields lines as they are written until the task ends. Logs stay readable after
-        the nodes are gone. A ``node`` the task does not have raises ``ValidationError``."""
+        keeps one global rank's output. ``source``: ``"workers"`` (what user code printed,
+        with the task's events — lost node, restart, replacements, generation — as SDK lines
+        labelled ``[flow]``), ``"agent"`` (the node agents' own lines), ``"boot"`` (each
+        node's raw boot output, readable even when a node died before user code) or
+        ``"all"``. ``follow=True`` yields lines as they are written until the task ends.
+        Logs outlive the nodes. A ``node`` the task lacks raises ``ValidationError``."""
         lines = self._lines(node, tail, follow, since, source, rank)
         if follow:
             return (self._format(ln) for ln in lines)

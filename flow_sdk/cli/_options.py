@@ -75,6 +75,10 @@ def spec_options(fn: F) -> F:
                      help="How long nodes wait for each other at the start."),
         click.option("--max-restarts", type=int),
         click.option("--key-name", help="EC2 key pair for your own SSH access."),
+        click.option("--preflight", is_flag=True, default=None,
+                     help="Before user code runs, prove every node pair can talk."),
+        click.option("--include", "include", multiple=True, metavar="MODULE",
+                     help="Ship this installed module by value too (repeatable)."),
         click.option("--provider", default="local", show_default=True),
         click.option("--provider-config", metavar="JSON",
                      help="Provider settings as a JSON object."),
@@ -92,13 +96,15 @@ def spec_kwargs(params: dict[str, Any]) -> dict[str, Any]:
              "max_run_time_hours": "max_run_time_hours", "priority": "priority",
              "interconnect": "internode_interconnect",
              "availability_timeout": "availability_timeout_s", "max_restarts": "max_restarts",
-             "key_name": "key_name"}
+             "key_name": "key_name", "preflight": "preflight"}
     options = {target: params[source] for source, target in names.items()
                if params.get(source) is not None}
     if params.get("env"):
         options["environment"] = _key_values(params["env"], "KEY=VALUE", "--env")
     if params.get("volume"):
         options["volumes"] = _volumes(params["volume"])
+    if params.get("include"):
+        options["include"] = list(params["include"])
     if params.get("mount"):
         options["mounts"] = _key_values(params["mount"], "PATH=s3://BUCKET/PREFIX", "--mount")
     return options

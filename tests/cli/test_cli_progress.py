@@ -72,11 +72,14 @@ def test_a_script_ships_the_modules_beside_it_and_exits_with_its_own_code(
         import datautils
         from helpers import triple
         print("rank", os.environ["RANK"], datautils.double(2), triple(2), flush=True)
-        sys.exit(int(os.environ["RANK"]) * 3)
+        sys.exit(int(sys.argv[1]))
     """)
-    ran = subprocess.run(["flow", "run", "-N", "2", str(train)], capture_output=True,
+    ran = subprocess.run(["flow", "run", "-N", "2", str(train), "0"], capture_output=True,
                          text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
+    assert ran.returncode == 0, ran.stderr
     assert "rank 0 4 6" in ran.stdout and "rank 1 4 6" in ran.stdout, ran.stderr
+    ran = subprocess.run(["flow", "run", str(train), "3"], capture_output=True,
+                         text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
     assert ran.returncode == 3, ran.stderr  # the script's code, once
     assert ran.stderr.count("exited with code 3") == 1, ran.stderr
 

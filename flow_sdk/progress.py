@@ -9,6 +9,8 @@ through the ``Task`` handle's status, node and log APIs.
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +42,10 @@ class WatchOptions:
     confirm: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("quiet", "confirm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValidationError([FieldProblem(name, (
+                    f"must be True or False, not {getattr(self, name)!r}"))])
         if self.stream not in STREAM_CHOICES:
             raise ValidationError([FieldProblem("stream", (
                 f"{self.stream!r} is not one of {', '.join(STREAM_CHOICES)}: 'rank0' streams "
@@ -47,6 +53,17 @@ class WatchOptions:
 
 
 WATCH_OPTIONS = ("quiet", "stream", "confirm")
+
+
+class _Ticking:
+    """A status text whose elapsed time is computed each time the status line redraws."""
+
+    def __init__(self, text: str, started: float) -> None:
+        self.text = text
+        self.started = started
+
+    def __rich__(self) -> str:
+        return f"{self.text} ({time.monotonic() - self.started:.1f}s)"
 
 
 class Reporter:
@@ -84,12 +101,26 @@ class Reporter:
             self._phase = text
             self.note(f"{text} [{self.elapsed():.1f}s]")
         if self.tty:
-            line = f"{text} ({self.elapsed():.1f}s)"
+            line = _Ticking(text, self.started)
             if self._status is None:
                 self._status = self.console.status(line)
                 self._status.start()
             else:
                 self._status.update(line)
+
+    def shares_terminal(self, out: TextIO) -> bool:
+        """True when ``out`` is the terminal the status line is drawn on: lines printed
+        through the status line's console then stay above it."""
+        if not self.tty or self.quiet:
+            return False
+        try:
+            return os.path.samestat(os.fstat(out.fileno()), os.fstat(self.err.fileno()))
+        except (OSError, ValueError, io.UnsupportedOperation):  # not a real file
+            return False
+
+    def print_above(self, line: str) -> None:
+        """A worker's line, printed above the status line."""
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
         """End the status line (before the workers' output, or at the end)."""
@@ -143,11 +174,15 @@ def watch(task: Task, reporter: Reporter, stream: StreamChoice,
     tears the nodes down."""
     target = out if out is not None else sys.stdout
     status = wait_running(task, reporter)
-    if not status.is_terminal:
+    above = reporter.shares_terminal(target)
+    if not above:
         reporter.stop()
-        if stream != "none":
-            rank = 0 if stream == "rank0" else None
-            for line in task.logs(follow=True, rank=rank):
+    if not status.is_terminal and stream != "none":
+        rank = 0 if stream == "rank0" else None
+        for line in task.logs(follow=True, rank=rank):
+            if above:
+                reporter.print_above(line)
+            else:
                 print(line, file=target, flush=True)
     status = task.wait()
     reporter.stop()

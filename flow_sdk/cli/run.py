@@ -143,13 +143,19 @@ def _watch(task: Task, reporter: Reporter, source: str, logs_to_stderr: bool) ->
     """Phases until the task runs, then its logs until it ends (each worker's traceback held
     back: a failure is reported once, by ``_report``); tears the nodes down."""
     status = wait_running(task, reporter)
-    reporter.stop()
+    above = not logs_to_stderr and reporter.shares_terminal(sys.stdout)
+    if not above:  # the status line stays only where the logs can print above it
+        reporter.stop()
     held = HeldTracebacks()
     if not status.is_terminal:
         for entry in task.log_entries(follow=True, source=source):  # type: ignore[arg-type]
             for line in held.feed(entry):
-                click.echo(line, err=logs_to_stderr)
+                if above:
+                    reporter.print_above(line)
+                else:
+                    click.echo(line, err=logs_to_stderr)
     status = task.wait()
+    reporter.stop()
     for line in held.end(failed=status is TaskStatus.FAILED):
         click.echo(line, err=logs_to_stderr)
     return status

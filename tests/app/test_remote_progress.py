@@ -79,3 +79,15 @@ def test_a_restart_shows_as_sdk_lines_in_task_logs() -> None:
     assert any("generation 1 is starting (restart 1 of at most 1)" in ln for ln in events)
     entries = [e for e in task.log_entries() if e["kind"] == "flow"]
     assert entries and all(e["rank"] is None and e["node"] in (0, 1) for e in entries)
+
+
+def test_caller_options_are_validated_at_decoration() -> None:
+    from flow_sdk import ValidationError
+
+    def work() -> None:
+        return None
+
+    for bad in ({"stream": "rank1"}, {"quiet": "yes"}, {"confirm": 0}):
+        with pytest.raises(ValidationError, match=next(iter(bad))):
+            app.function(**bad)(work)
+    assert app.function(stream="all", quiet=True)(work).watch.stream == "all"

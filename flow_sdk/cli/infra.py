@@ -163,13 +163,17 @@ def volumes_list(provider: str, region: str | None, provider_config: str | None,
               help="file: shared by every node (EFS on aws); block: one node (EBS on aws).")
 @click.option("--zone", help="aws block volumes: the availability zone to create it in.")
 @_volume_target
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def volumes_create(name: str, size_gb: int, interface: str, zone: str | None, provider: str,
-                   region: str | None, provider_config: str | None) -> None:
+                   region: str | None, provider_config: str | None, as_json: bool) -> None:
     """Create a volume (nothing happens when it exists with the same interface)."""
     from flow_sdk.volumes import create_volume
 
     info = create_volume(name, size_gb, interface, provider=provider, region=region, zone=zone,
                          provider_config=provider_config_of(provider_config))
+    if as_json:
+        emit_json(dataclasses.asdict(info))
+        return
     click.echo(f"{info.name}: {info.interface} volume, {info.size_gb} GB, {info.location}")
 
 

@@ -141,5 +141,7 @@ def test_json_parses_for_every_command_that_has_it(
     assert flow("plan", "-N", "2", "--json")["nodes"] == 2  # type: ignore[index]
     assert isinstance(flow("gc", "--dry-run", "--json"), list)
     assert flow("volumes", "list", "--json") == []
+    assert flow("volumes", "create", "ckpt", "--size-gb", "1", "--json")["name"] == "ckpt"  # type: ignore[index]
+    assert [v["name"] for v in flow("volumes", "list", "--json")] == ["ckpt"]  # type: ignore[union-attr]
     ran = flow("run", "--json", _script(tmp_path, "ok.py", "print('fine')\n"))
     assert ran["status"] == "SUCCEEDED" and ran["exit_code"] == 0  # type: ignore[index]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -10,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from flow_sdk import headjob, payload, protocol, scripts
+from flow_sdk import headjob, payload, progress, protocol, script_imports, scripts
 from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
 from flow_sdk.protocol import BootConfig, LaunchedNode, LaunchRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
@@ -53,10 +54,15 @@ class FlowApp:
     def function(self, fn: Callable[P, R] | None = None, /, **options: Any
                  ) -> RemoteFunction[P, R] | Callable[[Callable[P, R]], RemoteFunction[P, R]]:
         """Declare a remote function. Options are validated now; bad ones raise
-        ``flow_sdk.ValidationError`` naming the field, and nothing is launched."""
+        ``flow_sdk.ValidationError`` naming the field, and nothing is launched. Besides the
+        task's options: ``quiet=True`` shows nothing while it starts and runs,
+        ``stream="all"`` streams every rank's output (default ``"rank0"``; ``"none"``), and
+        ``confirm=False`` launches a paid plan without asking on a terminal."""
 
         def wrap(func: Callable[P, R]) -> RemoteFunction[P, R]:
-            return RemoteFunction(self, func, self._spec_for(func, options))
+            spec_options, caller = progress.split_watch_options(options)
+            return RemoteFunction(self, func, self._spec_for(func, spec_options),
+                                  progress.WatchOptions(**caller))  # type: ignore[arg-type]
 
         return wrap(fn) if fn is not None else wrap
 
@@ -84,8 +90,10 @@ class FlowApp:
         """Run a Python script as a task, like ``flow run FILE.py ARGS...``: its ``__main__``
         runs on every worker of every node with ``sys.argv = [file, *args]`` and the
         rendezvous environment set. ``options`` are the decorator's (``gpu=``,
-        ``num_instances=``, ...). Returns the task's handle at once."""
-        return self._submit_bundle(scripts.bundle_file(path, args), options)
+        ``num_instances=``, ...). The modules it imports from its own directory travel with
+        it (see ``flow_sdk.script_imports``). Returns the task's handle at once."""
+        bundle = scripts.bundle_file(path, args, script_imports.local_module_files(path))
+        return self._submit_bundle(bundle, options)
 
     def submit_directory(self, directory: str | os.PathLike[str], *, entrypoint: str,
                          args: Sequence[str] = (), **options: Any) -> Task:
@@ -98,7 +106,8 @@ class FlowApp:
     def _submit_bundle(self, bundle: scripts.ScriptBundle, options: dict[str, Any]) -> Task:
         spec = self._spec_for(scripts.run_bundle, options).model_copy(
             update={"name": bundle.name})
-        blob = payload.pack_call(*headjob.call_for(spec, scripts.run_bundle, (bundle,), {}))
+        blob = payload.pack_call(*headjob.call_for(spec, scripts.run_bundle, (bundle,), {}),
+                                 include=spec.include)
         return launch_task(self.provider(spec.provider), spec, blob)
 
 
@@ -106,10 +115,12 @@ class RemoteFunction(Generic[P, R]):
     """A function with a task spec. Call it to run in-process; ``.remote``/``.spawn`` to run
     it as a task on the spec's nodes."""
 
-    def __init__(self, app: FlowApp, fn: Callable[P, R], spec: TaskSpec) -> None:
+    def __init__(self, app: FlowApp, fn: Callable[P, R], spec: TaskSpec,
+                 watch: progress.WatchOptions | None = None) -> None:
         self.app = app
         self.fn = fn
         self.spec = spec
+        self.watch = watch if watch is not None else progress.WatchOptions()
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -125,21 +136,34 @@ class RemoteFunction(Generic[P, R]):
 
     def with_options(self, **options: Any) -> RemoteFunction[P, R]:
         """A copy with some options replaced (validated like the decorator's)."""
+        spec_options, caller = progress.split_watch_options(options)
         merged = {k: v for k, v in self.spec.model_dump().items() if k not in ("app", "name")}
-        merged.update(options)
-        return RemoteFunction(self.app, self.fn, self.app._spec_for(self.fn, merged))
+        merged.update(spec_options)
+        watch = dataclasses.replace(self.watch, **caller)  # type: ignore[arg-type]
+        return RemoteFunction(self.app, self.fn, self.app._spec_for(self.fn, merged), watch)
 
     def spawn(self, *args: P.args, **kwargs: P.kwargs) -> Task:
-        """Launch the task and return its handle at once."""
+        """Show the plan (asking first, on a terminal, when it costs money), launch the task
+        and return its handle at once."""
+        return self._launch(progress.Reporter(self.watch.quiet), args, kwargs)
+
+    def _launch(self, reporter: progress.Reporter, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Task:
         provider = self.app.provider(self.spec.provider)
-        blob = payload.pack_call(*headjob.call_for(self.spec, self.fn, args, dict(kwargs)))
+        if not self.watch.quiet:
+            progress.show_plan(provider.plan(self.spec), reporter, self.watch)
+        blob = payload.pack_call(*headjob.call_for(self.spec, self.fn, args, dict(kwargs)),
+                                 include=self.spec.include)
         return launch_task(provider, self.spec, blob)
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Launch, wait, and return rank 0's value (re-raising a remote exception).
+        """Launch, show each phase and stream rank 0's output (see ``quiet`` and ``stream``
+        on the decorator), wait, and return rank 0's value (re-raising a remote exception).
         Interrupting the wait (Ctrl-C) cancels the task."""
-        task = self.spawn(*args, **kwargs)
+        reporter = progress.Reporter(self.watch.quiet)
+        task = self._launch(reporter, args, kwargs)
         try:
+            progress.watch(task, reporter, "none" if self.watch.quiet else self.watch.stream)
             result: R = task.result()
         except KeyboardInterrupt:
             task.cancel()

@@ -142,3 +142,7 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f"\n\nRemote traceback:\n{self.text}"
+
+
+class LaunchDeclinedError(FlowError):
+    """The caller answered no when asked to confirm a launch that costs money."""

@@ -8,11 +8,12 @@ script): nodes do not have the caller's source tree, so those are shipped by val
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import sys
 import sysconfig
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,33 +75,80 @@ def loads(data: bytes) -> Any:
 
 
 class _OwnModules(cloudpickle.Pickler):
-    """A pickling pass that only notes which of the caller's own modules the object uses."""
+    """A pickling pass that only notes which of the caller's own modules the object uses:
+    modules it refers to (``import mylib; mylib.f()``) and those its functions and classes
+    come from (``from mylib import f``)."""
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=5)
         self.modules: dict[str, types.ModuleType] = {}
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, (types.FunctionType, type)):
+        module: types.ModuleType | None = None
+        if isinstance(obj, types.ModuleType):
+            module = obj
+        elif isinstance(obj, (types.FunctionType, type)):
             module = sys.modules.get(getattr(obj, "__module__", "") or "")
-            if module is not None and _ship_by_value(module):
-                self.modules[module.__name__] = module
+        if module is not None and _ship_by_value(module):
+            root = sys.modules.get(module.__name__.split(".")[0])
+            # A local package travels whole (its submodules import each other by name).
+            chosen = root if root is not None and _ship_by_value(root) else module
+            self.modules[chosen.__name__] = chosen
         return super().reducer_override(obj)
 
 
-def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """The envelope for one call of ``fn``. Functions and classes from the caller's own
-    modules, anywhere in the call (the function, its arguments, their attributes), travel by
-    value: nodes do not have the caller's source tree."""
-    call = (fn, args, kwargs)
-    scan = _OwnModules(io.BytesIO())
+def _included(names: Sequence[str]) -> list[types.ModuleType]:
+    """The modules named in ``include=[...]``, imported here so they can travel by value."""
+    found = []
+    for name in names:
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError as exc:
+            raise PayloadError(f"include: cannot import {name!r} here ({exc}); list modules "
+                               "this Python can import") from None
+    return found
+
+
+def _own_modules(call: Any, fn: Callable[..., Any]) -> dict[str, types.ModuleType]:
+    """Every module of the caller's own code the call reaches, also through the modules that
+    travel by value (scanned again until no new one turns up)."""
+    modules: dict[str, types.ModuleType] = {}
+    registered: list[types.ModuleType] = []
     try:
-        scan.dump(call)
-    except Exception as exc:  # pickling runs arbitrary __reduce__ code: any error is possible
-        raise PayloadError(f"cannot serialize the call of {getattr(fn, '__name__', fn)!r}: "
-                           f"{exc}. Pass only picklable arguments.") from exc
+        while True:
+            scan = _OwnModules(io.BytesIO())
+            try:
+                scan.dump(call)
+            except Exception as exc:  # pickling runs arbitrary __reduce__ code: any error
+                raise PayloadError(f"cannot serialize the call of "
+                                   f"{getattr(fn, '__name__', fn)!r}: {exc}. Pass only "
+                                   "picklable arguments.") from exc
+            new = {n: m for n, m in scan.modules.items() if n not in modules}
+            if not new:
+                return modules
+            modules.update(new)
+            already = set(cloudpickle.list_registry_pickle_by_value())
+            for module in new.values():
+                if module.__name__ not in already:
+                    cloudpickle.register_pickle_by_value(module)
+                    registered.append(module)
+    finally:
+        for module in registered:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+              include: Sequence[str] = ()) -> bytes:
+    """The envelope for one call of ``fn``. The caller's own modules (files outside the
+    installed environment: neither the standard library nor site-packages) that the call
+    reaches travel by value, since nodes do not have the caller's source tree: functions and
+    classes from them, and modules used by name (``import mylib; mylib.f()``). ``include``
+    names more modules to ship by value (e.g. an installed package the nodes lack)."""
+    call = (fn, args, kwargs)
+    modules = {m.__name__: m for m in _included(include)}
+    modules.update(_own_modules(call, fn))
     already = set(cloudpickle.list_registry_pickle_by_value())
-    added = [m for name, m in scan.modules.items() if name not in already]
+    added = [m for name, m in modules.items() if name not in already]
     for module in added:
         cloudpickle.register_pickle_by_value(module)
     try:

@@ -156,6 +156,11 @@ def agent_stream(instance_id: str) -> str:
     return f"agent.{instance_id}"
 
 
+# Marks an agent line that reports a task event (a lost node, a restart, a replacement, the
+# generation): the caller shows it among the workers' output, labelled [flow].
+EVENT_MARK = "[flow] "
+
+
 def to_json(record: Any) -> bytes:
     return json.dumps(asdict(record), sort_keys=True).encode()
 

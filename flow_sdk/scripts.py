@@ -65,8 +65,10 @@ def _sealed(name: str, entrypoint: str, args: tuple[str, ...], buffer: io.BytesI
     return ScriptBundle(name, entrypoint, args, data)
 
 
-def bundle_file(path: str | os.PathLike[str], args: Sequence[str] = ()) -> ScriptBundle:
-    """Pack one Python file; it runs as ``__main__`` with ``sys.argv = [file, *args]``."""
+def bundle_file(path: str | os.PathLike[str], args: Sequence[str] = (),
+                extra: Sequence[Path] = ()) -> ScriptBundle:
+    """Pack one Python file; it runs as ``__main__`` with ``sys.argv = [file, *args]``.
+    ``extra``: files beside it (or below its directory) that travel with it."""
     file = Path(path)
     if not file.is_file():
         raise ValidationError([FieldProblem(
@@ -75,6 +77,8 @@ def bundle_file(path: str | os.PathLike[str], args: Sequence[str] = ()) -> Scrip
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.write(file, file.name)
+        for other in extra:
+            archive.write(other, Path(other).relative_to(file.resolve().parent).as_posix())
     return _sealed(_task_name(file.name), file.name, arguments, buffer, str(file))
 
 

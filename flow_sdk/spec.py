@@ -29,6 +29,7 @@ _GPU_RE = re.compile(
     r"(?::(?P<count>-?\d+)|\.(?P<countx>-?\d+)x)?$"
 )
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _VOLUME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 MAX_BLOCK_VOLUME_GB = 16384  # EBS gp3
 _S3_URI_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
@@ -191,6 +192,9 @@ class TaskSpec(_Frozen):
     max_restarts: int = Field(default=0, ge=0, le=100)
     preflight: bool = False
     key_name: str | None = None
+    # Modules shipped by value besides the caller's own files: installed packages the nodes
+    # lack (an editable install of your own library), by importable dotted name.
+    include: tuple[str, ...] = ()
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -198,6 +202,17 @@ class TaskSpec(_Frozen):
         if value is None or isinstance(value, GpuSpec | dict):
             return value
         return GpuSpec.parse(value)
+
+    @field_validator("include", mode="before")
+    @classmethod
+    def _module_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError(f"include must be a list of module names, e.g. [{value!r}]")
+        bad = [m for m in value if not isinstance(m, str) or not _MODULE_RE.match(m)]
+        if bad:
+            raise ValueError(f"{bad} are not module names; write dotted import names such as "
+                             "'mylib' or 'mylib.utils'")
+        return tuple(value)
 
     @field_validator("environment")
     @classmethod

@@ -13,6 +13,7 @@ from flow_sdk import payload, protocol
 from flow_sdk import ssh as _ssh
 from flow_sdk._config import flow_home
 from flow_sdk.errors import (
+    FieldProblem,
     ProviderError,
     RemoteTraceback,
     SshError,
@@ -23,6 +24,7 @@ from flow_sdk.errors import (
     TaskNotFoundError,
     TaskTimedOutError,
     TaskTimeoutError,
+    ValidationError,
 )
 from flow_sdk.cost import cost_per_hour as _cost_per_hour
 from flow_sdk.cost import estimated_cost as _estimated_cost
@@ -70,6 +72,8 @@ def list_client_records() -> list[dict[str, Any]]:
 class _Line:
     record: LogRecord
     label: str  # "[Node i]" + NUL + what follows the clock (" [rank r]", " [agent]", ...)
+    stream: str = ""
+    node: int | None = None
 
 
 def _ts(line: _Line) -> float:
@@ -231,6 +235,11 @@ class Task:
                             task_id=self.task_id, status=TaskStatus.SUCCEEDED.value)
         return payload.loads(raw)
 
+    def error(self) -> BaseException | None:
+        """The exception ``result()`` raises once the task ended without success, else None."""
+        status = self.status
+        return None if not status.is_terminal or status is TaskStatus.SUCCEEDED else self._error()
+
     def _error(self) -> BaseException:
         outcome = self.outcome()
         assert outcome is not None
@@ -293,12 +302,15 @@ class Task:
         return index, f"{head}\0 [{kind}]"
 
     def _streams(self, node: int | None, source: LogSource,
-                 known: dict[str, tuple[int | None, str]]) -> dict[str, tuple[int | None, str]]:
+                 known: dict[str, tuple[int | None, str]], rank: int | None = None
+                 ) -> dict[str, tuple[int | None, str]]:
         """stream name -> (node, label) for the streams selected; ``known`` caches labels
-        whose node is settled, so a follow reads the node records only for new streams."""
-        kinds = {"workers": (StreamKind.NODE,), "agent": (StreamKind.AGENT,),
+        whose node is settled, so a follow reads the node records only for new streams.
+        The workers' source includes the agents' streams for their event lines."""
+        kinds = {"workers": (StreamKind.NODE, StreamKind.AGENT), "agent": (StreamKind.AGENT,),
                  "boot": (StreamKind.BOOT,), "all": tuple(StreamKind)}[source]
-        names = [s for s in self.provider.logs.streams(self.task_id) if _kind(s) in kinds]
+        names = [s for s in self.provider.logs.streams(self.task_id) if _kind(s) in kinds
+                 and (rank is None or not s.startswith("node-") or s.endswith(f".rank-{rank}"))]
         node_of = None
         if any(s not in known and not s.startswith("node-") for s in names):
             node_of = self._node_of_instances()
@@ -322,56 +334,109 @@ class Task:
 
     @overload
     def logs(self, node: int | None = ..., tail: int | None = ..., follow: Literal[False] = ...,
-             since: float | None = ..., source: LogSource = ...) -> list[str]: ...
+             since: float | None = ..., source: LogSource = ..., rank: int | None = ...
+             ) -> list[str]: ...
 
     @overload
     def logs(self, node: int | None = ..., tail: int | None = ..., *, follow: Literal[True],
-             since: float | None = ..., source: LogSource = ...) -> Iterator[str]: ...
+             since: float | None = ..., source: LogSource = ..., rank: int | None = ...
+             ) -> Iterator[str]: ...
 
     def logs(self, node: int | None = None, tail: int | None = None, follow: bool = False,
-             since: float | None = None, source: LogSource = "workers") -> list[str] | Iterator[str]:
+             since: float | None = None, source: LogSource = "workers",
+             rank: int | None = None) -> list[str] | Iterator[str]:
         """Log lines labelled ``[Node i] [HH:MM:SS]`` (plus the rank when a node runs several
-        workers), merged in time order across nodes. ``since`` is an epoch time.
+        workers), merged in time order across nodes. ``since`` is an epoch time; ``rank``
+        keeps one global rank's output. ``source``: ``"workers"`` (what user code printed,
+        with the task's events — lost node, restart, replacements, generation — as SDK lines
+        labelled ``[flow]``), ``"agent"`` (the node agents' own lines), ``"boot"`` (each
+        node's raw boot output, readable even when a node died before user code) or
+        ``"all"``. ``follow=True`` yields lines as they are written until the task ends.
+        Logs outlive the nodes. A ``node`` the task lacks raises ``ValidationError``."""
+        lines = self._lines(node, tail, follow, since, source, rank)
+        if follow:
+            return (self._format(ln) for ln in lines)
+        return [self._format(ln) for ln in lines]
 
-        ``source`` picks the streams: ``"workers"`` (what user code printed), ``"agent"`` (the
-        node agents' own lines), ``"boot"`` (each node's raw boot output: everything its agent
-        wrote to stdout and stderr, readable even when a node died before user code) or
-        ``"all"``. With ``follow=True`` returns an iterator that yields lines as they are
-        written until the task ends. Logs stay readable after the nodes are gone."""
+    def log_entries(self, node: int | None = None, tail: int | None = None,
+                    follow: bool = False, since: float | None = None,
+                    source: LogSource = "workers", rank: int | None = None
+                    ) -> Iterator[dict[str, Any]]:
+        """The lines of ``logs()`` as dicts: ``ts`` (epoch), ``node``, ``rank`` (None for
+        agent, boot and event lines), ``kind`` ("worker", "flow", "agent" or "boot") and
+        ``text``, and ``line``, the labelled line ``logs()`` gives."""
+        for line in self._lines(node, tail, follow, since, source, rank):
+            kind = _kind(line.stream)
+            if kind == "node":
+                worker_rank: int | None = int(line.stream.rsplit("-", 1)[1])
+                kind = "worker"
+            else:
+                worker_rank = None
+                kind = "flow" if "[flow]" in line.label else kind
+            yield {"ts": line.record.ts, "node": line.node, "rank": worker_rank, "kind": kind,
+                   "text": line.record.text, "line": self._format(line)}
+
+    def _lines(self, node: int | None, tail: int | None, follow: bool, since: float | None,
+               source: LogSource, rank: int | None) -> Iterator[_Line]:
         if source not in LOG_SOURCES:
             raise ValueError(f"source must be one of {', '.join(LOG_SOURCES)}, not {source!r}")
+        self.check_node(node)
         if follow:
-            return self._follow(node, tail, since, source)
-        lines = self._read_new(node, since, source, {}, {})
+            return self._follow(node, tail, since, source, rank)
+        lines = self._read_new(node, since, source, {}, {}, rank)
         lines.sort(key=_ts)
         if tail is not None:
             lines = lines[-tail:] if tail > 0 else []
-        return [self._format(ln) for ln in lines]
+        return iter(lines)
+
+    def check_node(self, node: int | None) -> None:
+        """Raise ``ValidationError`` when the task has no node ``node``."""
+        if node is None:
+            return
+        try:
+            count = int(self.record().spec.get("num_instances", 1))
+        except TaskNotFoundError:
+            return
+        if not 0 <= node < count:
+            raise ValidationError([FieldProblem("node", (
+                f"task {self.task_id} has {count} node(s), numbered 0 to {count - 1}; there is "
+                f"no node {node}"))])
 
     def _read_new(self, node: int | None, since: float | None, source: LogSource,
-                  cursors: dict[str, int], known: dict[str, tuple[int | None, str]]
-                  ) -> list[_Line]:
-        """Lines written since ``cursors`` (which it advances)."""
+                  cursors: dict[str, int], known: dict[str, tuple[int | None, str]],
+                  rank: int | None = None) -> list[_Line]:
+        """Lines written since ``cursors`` (which it advances). For the workers' source, an
+        agent's stream contributes only its event lines, labelled ``[flow]``."""
         lines: list[_Line] = []
-        for stream, (_, label) in self._streams(node, source, known).items():
+        for stream, (at, label) in self._streams(node, source, known, rank).items():
             records, cursors[stream] = self.provider.logs.read(self.task_id, stream,
                                                                cursors.get(stream, 0))
-            lines.extend(_Line(r, label) for r in records if since is None or r.ts >= since)
+            events_only = source == "workers" and _kind(stream) == "agent"
+            for r in records:
+                if since is not None and r.ts < since:
+                    continue
+                if events_only:
+                    if not r.text.startswith(protocol.EVENT_MARK):
+                        continue
+                    r = LogRecord(r.ts, r.text[len(protocol.EVENT_MARK):])
+                    lines.append(_Line(r, label.replace("[agent]", "[flow]"), stream, at))
+                else:
+                    lines.append(_Line(r, label, stream, at))
         return lines
 
     def _follow(self, node: int | None, tail: int | None, since: float | None,
-                source: LogSource) -> Iterator[str]:
+                source: LogSource, rank: int | None) -> Iterator[_Line]:
         """Yield lines as they are written, in time order across streams: a line comes out
         once every line stamped before it must have been read, i.e. when it is older than
         the start of the latest read by the log store's ``write_delay_s``."""
         settle = self.provider.logs.write_delay_s
         cursors: dict[str, int] = {}
         known: dict[str, tuple[int | None, str]] = {}
-        pending = self._read_new(node, since, source, cursors, known)
+        pending = self._read_new(node, since, source, cursors, known, rank)
         pending.sort(key=_ts)
         if tail is not None:
             pending = pending[-tail:] if tail > 0 else []
-        yield from (self._format(ln) for ln in pending)
+        yield from pending
         pending = []
         ended = False
         next_status = 0.0
@@ -382,13 +447,13 @@ class Task:
             if ended:  # lines written just as the task ended are still on their way
                 time.sleep(settle)
             read_at = time.time()
-            new = self._read_new(node, since, source, cursors, known)
+            new = self._read_new(node, since, source, cursors, known, rank)
             if new:
                 pending.extend(new)
                 pending.sort(key=_ts)  # nearly sorted already: linear
             cut = len(pending) if ended else bisect.bisect_right(
                 pending, read_at - settle, key=_ts)
-            yield from (self._format(ln) for ln in pending[:cut])
+            yield from pending[:cut]
             del pending[:cut]
             if ended:
                 return
@@ -397,6 +462,7 @@ class Task:
     # -- ssh --------------------------------------------------------------------------------
 
     def _instance_of(self, node: int) -> str:
+        self.check_node(node)
         for record in self.nodes():
             if record.node == node:
                 return record.instance_id

@@ -35,3 +35,38 @@ def wait_until(predicate: object, timeout: float, what: str, interval: float = 0
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def run_on_terminal(argv: list[str], timeout: float = 120,
+                    answer: tuple[bytes, bytes] | None = None) -> tuple[int, str]:
+    """Run ``argv`` with a pseudo-terminal as its stdin, stdout and stderr (as a user's shell
+    would); returns (exit code, everything it wrote). ``answer`` = (prompt, reply): type the
+    reply once the prompt appears."""
+    import os
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command on the terminal
+        os.execvp(argv[0], argv)
+    output = b""
+    answered = answer is None
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if fd in ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # the terminal closed: the command exited
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            if not answered and answer is not None and answer[0] in output:
+                os.write(fd, answer[1])
+                answered = True
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")

@@ -76,6 +76,11 @@ class AgentLog:
         self._writer.write([LogRecord(now, message)])
         print(f"{time.strftime('%H:%M:%S', time.localtime(now))} {message}", flush=True)
 
+    def event(self, message: str) -> None:
+        """A task event (lost node, restart, replacement, generation): the caller shows it
+        among the workers' output as an SDK line."""
+        self(protocol.EVENT_MARK + message)
+
 
 class Agent:
     def __init__(self, boot: BootConfig, instance_id: str, address: str, workdir: Path) -> None:
@@ -146,7 +151,8 @@ class Agent:
             if step is Next.FAILED:
                 return 1
             generation += 1
-            self.log(f"restarting: generation {generation} of at most {spec.max_restarts}")
+            self.log.event(f"generation {generation} is starting (restart {generation} of "
+                           f"at most {spec.max_restarts})")
 
     def _run_generation(self, gen: int, spec: TaskSpec, record: TaskRecord,
                         deadline: float | None) -> Next:
@@ -259,7 +265,7 @@ class Agent:
                    if i.state == "running"}
         lost = [iid for node, iid in enumerate(m.instance_ids)
                 if iid not in running or (root.lost and node == root.node)]
-        self.log(f"generation {gen} failed ({root.message.splitlines()[0]}); restart "
+        self.log.event(f"generation {gen} failed ({root.message.splitlines()[0]}); restart "
                  f"{gen + 1} of {spec.max_restarts}"
                  + (f", replacing {', '.join(lost)}" if lost else ""))
         others = [iid for iid in lost if iid != self.instance_id]
@@ -272,7 +278,7 @@ class Agent:
                 self.provider.add_instances(
                     LaunchRequest(self.task_id, spec, self.boot.to_env()), len(lost))
             if self.instance_id in lost:  # this node is the lost one (e.g. a spot interruption):
-                self.log("this node is being replaced; terminating it")  # it goes last
+                self.log.event("this node is being replaced; terminating it")  # goes last
                 self.provider.terminate_instances(self.task_id, [self.instance_id])
                 return Next.FAILED
         except FlowError as exc:
@@ -344,7 +350,7 @@ class Agent:
                             return WatchResult(NodeEvent.SUCCEEDED)
                         lost = self._lost_node(store, finished, seen, now)
                         if lost is not None:
-                            self.log(lost.message)
+                            self.log.event(lost.message)
                             return WatchResult(NodeEvent.FAILED, lost)
                     if deadline is not None and now >= deadline:
                         return WatchResult(NodeEvent.FAILED, FailureReport(

@@ -43,26 +43,3 @@ def ago(epoch: float, now: float | None = None) -> str:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-
-
-class Progress:
-    """One status line on stderr: rewritten in place on a terminal, else printed on change."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.tty = click.get_text_stream("stderr").isatty()
-        self._last: str | None = None
-
-    def show(self, text: str) -> None:
-        if not self.enabled or text == self._last:
-            return
-        if self.tty:
-            click.echo("\r\033[K" + text, err=True, nl=False)
-        else:
-            click.echo(text, err=True)
-        self._last = text
-
-    def done(self) -> None:
-        if self.enabled and self.tty and self._last is not None:
-            click.echo("", err=True)
-        self._last = None

@@ -131,6 +131,10 @@ class LocalProvider(Provider):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalProvider:
+        unknown = sorted(set(config) - {"root", "ssh", "sshd"})
+        if unknown:
+            raise ProviderError(f"provider_config has unknown key(s) {unknown} for the local "
+                                "provider; known keys: root, ssh, sshd")
         root = config.get("root")
         return cls(Path(root) if root else None, ssh=bool(config.get("ssh", True)),
                    sshd=config.get("sshd") or None)

@@ -70,7 +70,7 @@ def test_help_lists_exit_codes_and_bad_usage_exits_2(tmp_path: Path) -> None:
         assert text in helped.stdout
     path = script(tmp_path, "hello.py", HELLO)
     invalid = flow("run", "--num-instances", "0", path)
-    assert invalid.returncode == 2 and "num_instances" in invalid.stderr
+    assert invalid.returncode == 2 and "--num-instances" in invalid.stderr
     assert flow("run", "--env", "NOEQUALS", path).returncode == 2
     unknown = flow("status", "no-such-task")
     assert unknown.returncode == 2 and "no task" in unknown.stderr
@@ -88,7 +88,8 @@ def test_run_on_two_nodes_then_status_list_and_logs(tmp_path: Path) -> None:
     for rank in range(4):
         assert any(ln.startswith(f"[Node {rank // 2}] [") and f"[rank {rank}] argv=['--lr', "
                    f"'0.1'] rank={rank} mark=cli" in ln for ln in lines), lines
-    assert "waiting for nodes" in ran.stderr and "SUCCEEDED" in ran.stderr
+    assert "provisioning: " in ran.stderr and "running on 2 node(s)" in ran.stderr
+    assert "SUCCEEDED" in ran.stderr
 
     listed = flow("list", "--json")
     assert listed.returncode == 0
@@ -114,7 +115,11 @@ def test_run_on_two_nodes_then_status_list_and_logs(tmp_path: Path) -> None:
 def test_failing_script_exits_1_and_status_says_failed(tmp_path: Path) -> None:
     ran = flow("run", script(tmp_path, "fails.py", FAILS))
     assert ran.returncode == 1
-    assert "about to fail" in ran.stdout and "RuntimeError: boom from the script" in ran.stdout
+    assert "about to fail" in ran.stdout and "Traceback" not in ran.stdout
+    # Reported once, at the user's own file, without the SDK's frames.
+    assert ran.stderr.count("RuntimeError: boom from the script") == 1, ran.stderr
+    assert f'File "{tmp_path / "fails.py"}", line 3, in <module>' in ran.stderr, ran.stderr
+    assert "flow_sdk" not in ran.stderr and "runpy" not in ran.stderr
     assert "FAILED" in ran.stderr
     shown = flow("status")
     assert shown.returncode == 1 and "FAILED" in shown.stdout

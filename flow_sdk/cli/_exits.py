@@ -1,0 +1,104 @@
+"""The one table of exit codes every ``flow`` command honours, and the one-line form of an
+error, phrased in the command line's own options."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from flow_sdk.errors import (
+    LaunchDeclinedError,
+    SshError,
+    TaskCancelledError,
+    TaskNotFoundError,
+    TaskTimedOutError,
+    ValidationError,
+)
+from flow_sdk.protocol import TaskStatus
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STOPPED = 3
+EXIT_SIGNAL_BASE = 128
+EXIT_INTERRUPTED = EXIT_SIGNAL_BASE + 2  # SIGINT (Ctrl-C)
+EXIT_SSH = 255
+
+EXIT_CODES_HELP = """\b
+Exit codes (every command):
+  0      success: the task SUCCEEDED, or the command did what was asked
+  1      the task FAILED, a provider, network or credentials error, or a check found
+         problems (`flow doctor`, `flow gc`)
+  2      usage or validation error (bad option, unknown task, node or provider);
+         nothing was launched
+  3      the task was CANCELLED or TIMED_OUT, or you declined the launch
+  N      `flow run` of a script that called sys.exit(N)
+  128+S  stopped by signal S: 130 Ctrl-C, 129 SIGHUP, 143 SIGTERM; `flow run` cancels
+         the task it started (with --detach it leaves it running)
+  255    `flow ssh` could not connect (otherwise the remote command's code)
+`flow status TASK` exits with the code of the task's state (0 while it runs).
+Add --debug before the command for the full traceback of an error."""
+
+# Decorator argument -> the `flow run` / `flow plan` option that sets it.
+_FLAGS = {"internode_interconnect": "--interconnect",
+          "availability_timeout_s": "--availability-timeout", "environment": "--env",
+          "volumes": "--volume", "mounts": "--mount", "provider_config": "--provider-config",
+          "path": "PATH"}
+_FIELD_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(.*)$", re.DOTALL)
+
+
+def exit_code(status: TaskStatus) -> int:
+    """The exit code for a task state: 0 running or succeeded, 1 failed, 3 stopped."""
+    if status is TaskStatus.FAILED:
+        return EXIT_FAILED
+    if status in (TaskStatus.CANCELLED, TaskStatus.TIMED_OUT):
+        return EXIT_STOPPED
+    return EXIT_OK
+
+
+def error_code(exc: BaseException) -> int:
+    """The exit code for an error that ended a command."""
+    if isinstance(exc, ValidationError | TaskNotFoundError):
+        return EXIT_USAGE
+    if isinstance(exc, TaskCancelledError | TaskTimedOutError | LaunchDeclinedError):
+        return EXIT_STOPPED
+    if isinstance(exc, SshError):
+        return EXIT_SSH
+    return EXIT_FAILED
+
+
+def flag_of(field: str) -> str:
+    """``num_instances`` -> ``--num-instances``; ``volumes./x.size_gb`` -> ``--volume /x.size_gb``."""
+    match = _FIELD_RE.match(field)
+    if match is None:
+        return field
+    head, rest = match[1], match[2]
+    flag = _FLAGS.get(head, "--" + head.replace("_", "-"))
+    return flag + (f" {rest.lstrip('.')}" if rest else "")
+
+
+def one_line(exc: BaseException) -> str:
+    """The error as one line (a validation error lists its problems separated by ';')."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{flag_of(p.field)}: {p.message}" for p in exc.problems)
+    return _library_hint(exc) or " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _library_hint(exc: BaseException) -> str | None:
+    """Credentials and network errors of the cloud libraries, with what to do."""
+    botocore = sys.modules.get("botocore.exceptions")
+    if botocore is not None:
+        if isinstance(exc, botocore.NoCredentialsError | botocore.PartialCredentialsError):
+            return ("no AWS credentials found: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY), or run `aws configure`; see the README's "
+                    "'AWS set-up'")
+        if isinstance(exc, botocore.NoRegionError):
+            return "no AWS region set: pass --region or set AWS_DEFAULT_REGION"
+        if isinstance(exc, botocore.EndpointConnectionError):
+            return f"network: {exc}; check your connection and the region"
+        if isinstance(exc, botocore.ClientError):
+            error = exc.response.get("Error", {})
+            return f"AWS refused: {error.get('Code', '?')}: {error.get('Message', exc)}"
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return f"network: {exc}"
+    return None

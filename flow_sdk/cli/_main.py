@@ -1,0 +1,53 @@
+"""The ``flow`` command group: one-line errors, the exit-code table and ``--debug``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+import flow_sdk
+from flow_sdk.cli._exits import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, error_code, one_line
+from flow_sdk.errors import FlowError
+
+
+class _FlowGroup(click.Group):
+    """Turns any error into one line on stderr and the exit code of the table; ``--debug``
+    shows the traceback instead."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("\nflow: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except Exception as exc:  # the last line of defence: every error becomes one line
+            if ctx.meta.get("flow.debug"):
+                raise
+            line = f"flow: {one_line(exc)}"
+            if not isinstance(exc, FlowError) and _is_unexpected(exc):
+                line += f" ({type(exc).__name__}: unexpected; `flow --debug ...` shows where)"
+            click.echo(line, err=True)
+            ctx.exit(error_code(exc) if isinstance(exc, FlowError) else EXIT_FAILED)
+
+
+def _is_unexpected(exc: BaseException) -> bool:
+    """True for errors that are neither the SDK's nor a known library's credentials or
+    network error: those deserve a pointer to ``--debug``."""
+    return one_line(exc) == " ".join(str(exc).split()) or not str(exc)
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    ctx.meta["flow.debug"] = value
+    return value
+
+
+@click.group(cls=_FlowGroup, epilog=EXIT_CODES_HELP,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(flow_sdk.__version__, prog_name="flow")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+              help="Show the full traceback of an error instead of one line.")
+def main() -> None:
+    """Run Python scripts as multi-node GPU tasks, and watch, reach and stop them."""

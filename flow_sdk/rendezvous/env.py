@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from flow_sdk.rendezvous.membership import Membership
+from flow_sdk.rendezvous.threads import node_cores, thread_env
 
 FLOW_VARS = ("FLOW_TASK_ID", "FLOW_NODE_RANK", "FLOW_NUM_NODES", "FLOW_MAIN_IP")
 TORCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
@@ -41,6 +41,6 @@ def worker_env(*, task_id: str, membership: Membership, local_rank: int, slots_p
             "TORCHELASTIC_RUN_ID": task_id,
         })
     # Like torchrun: several workers on one node must not each start a thread per core.
-    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, slots_per_node)))
+    env.update(thread_env(node_cores(), slots_per_node, user_env or {}))
     env.update(user_env or {})
     return env

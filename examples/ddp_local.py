@@ -87,5 +87,6 @@ if __name__ == "__main__":
         print(line)
     result = task.result()
     print(f"world_size={result['world_size']} final_loss={result['final_loss']:.4f}")
-    if result["world_size"] != job.spec.world_size or not result["losses"][-1] < result["losses"][0]:
+    losses = result["losses"]
+    if result["world_size"] != job.spec.world_size or not losses[-1] < losses[0]:
         raise SystemExit("DDP run did not train as expected")

@@ -186,9 +186,10 @@ class LocalProvider(Provider):
         gpu, task_id = request.spec.gpu, request.task_id
         slices: list[tuple[int, ...]] = []
         if gpu is not None:
-            def on_wait(message: str) -> None:
-                self._logs.writer(task_id, boot_stream("local-gpus")).write(
-                    [LogRecord(time.time(), message)])
+            def on_wait(message: str) -> None:  # what task.logs(source="boot") shows
+                writer = self._logs.writer(task_id, boot_stream("local-gpus"))
+                writer.write([LogRecord(time.time(), message)])
+                writer.close()
             slices = self._gpu_registry().reserve_here(
                 task_id, gpu.count, gpu.model, request.spec.num_instances, self._holds_gpus,
                 request.spec.availability_timeout_s, on_wait)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import FlowApp, TaskStatus
+from flow_sdk import FlowApp, Task, TaskStatus
 from flow_sdk.errors import ProviderError, ValidationError
 from flow_sdk.providers import _local_gpus as lg
 from flow_sdk.providers._local_gpus import GpuRegistry, GpusBusyError, GpuShortageError, LocalGpu
@@ -198,7 +198,8 @@ def test_gpu_task_nodes_get_disjoint_slices_and_cpu_nodes_none(four_h100s: Path)
 
 
 @pytest.mark.slow
-def test_second_gpu_task_waits_then_fails_naming_the_holder(four_h100s: Path) -> None:
+def test_second_gpu_task_waits_then_fails_naming_the_holder(four_h100s: Path,
+                                                            flow_home: Path) -> None:
     hold = app.function(gpu="h100:4")(_sleep)
     holder = hold.spawn(60.0)
     try:
@@ -207,6 +208,13 @@ def test_second_gpu_task_waits_then_fails_naming_the_holder(four_h100s: Path) ->
             late.spawn()
     finally:
         holder.cancel()
+    # the late task said in its boot log what it waited for, and ended FAILED
+    (late_id,) = [p.stem for p in (flow_home / "tasks").glob("*.json")
+                  if p.stem != holder.task_id]
+    late_task = Task.from_id(late_id)
+    assert late_task.status is TaskStatus.FAILED
+    assert any(f"held by task {holder.task_id}" in line and "waiting up to 1 s" in line
+               for line in late_task.logs(source="boot"))
     # cancelled: its GPUs are free again
     assert app.function(gpu="any:4")(visible).remote()["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
 

@@ -15,7 +15,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.gpu)
             if not cuda:
                 item.add_marker(pytest.mark.skip(reason=NO_CUDA))
-
-
-def gpu_count() -> int:
-    return torch.cuda.device_count()

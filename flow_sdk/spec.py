@@ -21,6 +21,8 @@ from flow_sdk.errors import FieldProblem, ValidationError
 MAX_GPUS_PER_NODE = 16
 MAX_INSTANCES = 4096
 MAX_WORKERS_PER_NODE = 256
+ANY_GPU_MODEL = "any"  # a model-less request: whatever GPUs the local machine has
+_ANY_GPU_NAMES = (ANY_GPU_MODEL, "gpu")
 
 _GPU_RE = re.compile(
     r"^(?P<name>[a-z][a-z0-9]*?)"
@@ -59,7 +61,8 @@ class GpuSpec(_Frozen):
     @classmethod
     def parse(cls, text: str) -> GpuSpec:
         """Parse the forms users write: ``h100:8``, ``H100:8``, ``a100-80gb:4``,
-        ``h100-80gb.sxm.8x``, ``a10g`` (one GPU)."""
+        ``h100-80gb.sxm.8x``, ``a10g`` (one GPU); ``any:2`` (or ``gpu:2``) takes GPUs of any
+        model (the local provider hands out what the machine has)."""
         if not isinstance(text, str):
             raise ValueError(f"expected a string such as 'h100:8', got {type(text).__name__}")
         match = _GPU_RE.match(text.strip().lower())
@@ -68,6 +71,12 @@ class GpuSpec(_Frozen):
                 f"cannot parse GPU spec {text!r}; write MODEL[:COUNT], e.g. 'h100:8', "
                 "'a100-80gb:4' or 'h100-80gb.sxm.8x'"
             )
+        if match["name"] in _ANY_GPU_NAMES:
+            if match["mem"] or match["form"]:
+                raise ValueError(f"{text!r}: a model-less GPU request takes no memory or form "
+                                 "factor; write 'any:COUNT' or name the model, e.g. 'h100-80gb:8'")
+            return cls(model=ANY_GPU_MODEL, memory_gb=0, form_factor=ANY_GPU_MODEL,
+                       count=_gpu_count(match["count"] or match["countx"]))
         model = find_gpu_model(match["name"])
         if model is None:
             known = ", ".join(m.name for m in GPU_MODELS)
@@ -81,17 +90,23 @@ class GpuSpec(_Frozen):
         form = match["form"] or model.form_factors[0]
         if form not in model.form_factors:
             raise ValueError(f"{model.name} comes as {', '.join(model.form_factors)}, not {form!r}")
-        raw_count = match["count"] or match["countx"]
-        count = int(raw_count) if raw_count is not None else 1
-        if count < 1:
-            raise ValueError(f"GPU count must be at least 1 (got {count}); for CPU nodes pass gpu=None")
-        if count > MAX_GPUS_PER_NODE:
-            raise ValueError(f"at most {MAX_GPUS_PER_NODE} GPUs per node (got {count}); "
-                             "use num_instances for more nodes")
+        count = _gpu_count(match["count"] or match["countx"])
         return cls(model=model.name, memory_gb=memory, form_factor=form, count=count)
 
     def __str__(self) -> str:
+        if self.model == ANY_GPU_MODEL:
+            return f"{ANY_GPU_MODEL}:{self.count}"
         return f"{self.model}-{self.memory_gb}gb.{self.form_factor}:{self.count}"
+
+
+def _gpu_count(raw: str | None) -> int:
+    count = int(raw) if raw is not None else 1
+    if count < 1:
+        raise ValueError(f"GPU count must be at least 1 (got {count}); for CPU nodes pass gpu=None")
+    if count > MAX_GPUS_PER_NODE:
+        raise ValueError(f"at most {MAX_GPUS_PER_NODE} GPUs per node (got {count}); "
+                         "use num_instances for more nodes")
+    return count
 
 
 class VolumeSpec(_Frozen):

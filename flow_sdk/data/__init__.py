@@ -22,7 +22,7 @@ from flow_sdk.data._errors import (
     UnsupportedColumnError,
 )
 from flow_sdk.data._s3 import S3Object, S3Reader, S3ReadStats, iter_s3_objects
-from flow_sdk.data._xgboost import build_quantile_dmatrix, make_data_iter
+from flow_sdk.data._xgboost import build_quantile_dmatrix, default_nthread, make_data_iter
 
 __all__ = [
     "ColumnNotFoundError",
@@ -39,6 +39,7 @@ __all__ = [
     "UnsupportedColumnError",
     "build_quantile_dmatrix",
     "column_to_numpy",
+    "default_nthread",
     "iter_s3_objects",
     "make_data_iter",
 ]

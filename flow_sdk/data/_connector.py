@@ -181,6 +181,7 @@ class DataConnector:
         drop_last: bool = False,
         shuffle_buffer_rows: int | None = None,
         prefetch: int = 0,
+        device: str | None = None,
     ) -> ArrowTorchDataset:
         """A ``torch.utils.data.IterableDataset`` yielding ``{column: tensor}`` per batch.
 
@@ -190,7 +191,9 @@ class DataConnector:
         ``prefetch=N`` also moves the Python side of batch making (numpy views, tensor
         slicing, shuffling) to a background thread, N read batches ahead. It is off by
         default: on a 2-core machine it made a small CPU training loop no faster, or slower
-        with shuffling, the threads contending for the GIL and the cores.
+        with shuffling, the threads contending for the GIL and the cores. ``device="cuda"``
+        hands out batches already on this process's GPU (pinned staging, copies on a side
+        stream overlapping the next batch's decode; equal to the CPU batches bit for bit).
         """
         from flow_sdk.data._torch import make_torch_dataset
 
@@ -204,6 +207,7 @@ class DataConnector:
             drop_last=drop_last,
             shuffle_buffer_rows=shuffle_buffer_rows,
             prefetch=prefetch,
+            device=device,
         )
 
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         drop_last: bool
         shuffle_buffer_rows: int
         prefetch: int
+        device: str | None
         num_rows: int
 
         def set_epoch(self, epoch: int) -> None: ...
@@ -73,6 +74,14 @@ _DATASET_DOC = """Batches of a data source as ``{column name: tensor}`` dicts.
 
     DataLoader workers: with ``num_workers > 1`` each worker reads a disjoint, balanced,
     contiguous run of the (permuted) units, so together they yield every row once.
+
+    ``device="cuda"`` (or ``"cuda:N"``; ``"cuda"`` is this process's current GPU, so call
+    ``torch.cuda.set_device(LOCAL_RANK)`` first) hands out batches already on the GPU: each
+    batch is made as above (the float32 cast included), staged in reused pinned host buffers
+    and copied with ``non_blocking=True`` on a side stream while the previous batch is in use;
+    values equal the CPU batches bit for bit. Iterate it in the training process itself (not
+    in DataLoader workers, which must not touch CUDA). ``device="cpu"`` runs the same staging
+    with plain host buffers (the batches are then copies, not views of Arrow buffers).
     """
 
 
@@ -96,6 +105,8 @@ def dataset_class() -> type:
     """Build (once) and return the ``ArrowTorchDataset`` class."""
     torch = _require_torch()
     from torch.utils.data import IterableDataset, get_worker_info
+
+    from flow_sdk.data._device import DeviceStager, resolve_device
 
     def cut(chunk: TensorDict, start: int, stop: int) -> TensorDict:
         return {name: tensor[start:stop] for name, tensor in chunk.items()}
@@ -125,6 +136,7 @@ def dataset_class() -> type:
             drop_last: bool = False,
             shuffle_buffer_rows: int | None = None,
             prefetch: int = 0,
+            device: str | None = None,
         ) -> None:
             if batch_size < 1:
                 raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -146,6 +158,8 @@ def dataset_class() -> type:
                 else max(1, shuffle_buffer_rows)
             )
             self.prefetch = prefetch
+            resolve_device(device)  # fails here, before any read, on a device torch lacks
+            self.device = None if device is None else str(device)
             self.epoch = 0
 
         def __repr__(self) -> str:
@@ -179,7 +193,15 @@ def dataset_class() -> type:
             worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
             units = self.unit_order(worker_id, num_workers)
             group = read_rows_for(self.batch_size) // self.batch_size
-            return run_prefetched(lambda: self._batches(units, worker_id), self.prefetch, group)
+            batches = run_prefetched(lambda: self._batches(units, worker_id), self.prefetch, group)
+            target = resolve_device(self.device)
+            if target is None:
+                return batches
+            if info is not None:
+                raise RuntimeError(f"device={self.device!r} batches are made in the training "
+                                   "process, not in DataLoader workers (which must not use "
+                                   "CUDA); iterate the dataset directly or with num_workers=0")
+            return DeviceStager(target).batches(batches)
 
         def _to_tensors(self, batch: pa.RecordBatch) -> TensorDict:
             arrays = batch_to_numpy(batch, cast_float64=self.cast_float64, writable=True)

@@ -180,6 +180,14 @@ def _check_columns(
     check_numeric_schema(connector.schema, wanted)
 
 
+def default_nthread() -> int | None:
+    """XGBoost threads for this worker: its share of the node's cores, as the worker's
+    ``OMP_NUM_THREADS`` says (set per worker by the node agent, or by the user); ``None``
+    (XGBoost's own default, every core) when it is not set."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def build_quantile_dmatrix(
     connector: DataConnector,
     input_cols: Sequence[str],
@@ -199,10 +207,12 @@ def build_quantile_dmatrix(
     frame or float64 matrix is made. Pass the training matrix as ``ref`` when building a
     validation matrix, so both use the same bins. With ``external_memory=True`` xgboost
     caches the binned pages on disk under ``cache_dir`` (default: a temporary directory that
-    is removed when the matrix is garbage collected). The iterator and its batches are
-    dropped before this returns.
+    is removed when the matrix is garbage collected). ``nthread`` defaults to
+    :func:`default_nthread` (the worker's share of the node's cores). The iterator and its
+    batches are dropped before this returns.
     """
     xgb = _require_xgboost()
+    nthread = default_nthread() if nthread is None else nthread
     temp_dir: str | None = None
     cache_prefix: str | None = None
     if external_memory:

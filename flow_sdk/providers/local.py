@@ -35,10 +35,11 @@ from flow_sdk import protocol
 from flow_sdk._config import flow_home
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.protocol import Outcome, TaskStatus
-from flow_sdk.providers import _process, _sshd
+from flow_sdk.providers import _local_gpus, _process, _sshd
 from flow_sdk.providers.base import (
     Instance,
     LaunchRequest,
+    LogRecord,
     LogStore,
     ObjectStore,
     Provider,
@@ -57,15 +58,6 @@ def _reap() -> None:
     for pid, proc in list(_children.items()):
         if proc.poll() is not None:
             del _children[pid]
-
-
-def local_gpu_count() -> int:
-    """GPUs on this machine per ``nvidia-smi -L`` (0 when there is no NVIDIA driver)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return 0
-    proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30, check=False)
-    return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU "))
 
 
 def _free_port(address: str = "127.0.0.1") -> int:
@@ -157,12 +149,11 @@ class LocalProvider(Provider):
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         problems = []
-        gpus = local_gpu_count() if spec.gpu is not None else 0
-        if gpus and spec.gpu is not None and spec.gpu.count * spec.num_instances > gpus:
-            problems.append(FieldProblem(
-                "gpu", f"{spec.num_instances} local node(s) x {spec.gpu.count} GPU(s) need "
-                f"{spec.gpu.count * spec.num_instances} GPUs but this machine has {gpus}; lower "
-                "the count or num_instances, or use a cloud provider"))
+        if spec.gpu is not None:
+            problem = _local_gpus.machine_problem(spec.gpu.count, spec.gpu.model,
+                                                  spec.num_instances)
+            if problem is not None:
+                problems.append(FieldProblem("gpu", problem))
         return problems
 
     def rendezvous_ports(self) -> tuple[int, int]:
@@ -186,7 +177,38 @@ class LocalProvider(Provider):
         records = self._records_dir(request.task_id)
         records.mkdir(parents=True, exist_ok=True)
         (records / "address-block").write_text(block)
+        self._reserve_gpus(request)
         return self._start_nodes(request, range(request.spec.num_instances), rollback_all=True)
+
+    # -- GPUs: disjoint slices per node, never shared between running tasks -------------------
+
+    def _gpu_registry(self) -> _local_gpus.GpuRegistry:
+        return _local_gpus.GpuRegistry(self.root / "gpus")
+
+    def _reserve_gpus(self, request: LaunchRequest) -> None:
+        """Reserve the task's per-node GPU slices (waiting while other tasks hold them)."""
+        gpu, task_id = request.spec.gpu, request.task_id
+        slices: list[tuple[int, ...]] = []
+        if gpu is not None:
+            def on_wait(message: str) -> None:  # what task.logs(source="boot") shows
+                writer = self._logs.writer(task_id, boot_stream("local-gpus"))
+                writer.write([LogRecord(time.time(), message)])
+                writer.close()
+            slices = self._gpu_registry().reserve_here(
+                task_id, gpu.count, gpu.model, request.spec.num_instances, self._holds_gpus,
+                request.spec.availability_timeout_s, on_wait)
+        (self._records_dir(task_id) / "gpu-slices.json").write_text(json.dumps(slices))
+
+    def _holds_gpus(self, task_id: str) -> bool:
+        """A task keeps its GPUs while a node of it runs."""
+        return bool(self.live_pids(task_id))
+
+    def _node_gpus(self, task_id: str, index: int) -> str:
+        """The node's ``CUDA_VISIBLE_DEVICES``: its slice (a replacement takes over the slice
+        of the node it replaces), or empty for a node that asked for no GPU."""
+        path = self._records_dir(task_id) / "gpu-slices.json"
+        slices = json.loads(path.read_text()) if path.exists() else []
+        return _local_gpus.visible_devices(slices[index % len(slices)] if slices else ())
 
     def add_instances(self, request: LaunchRequest, count: int) -> list[Instance]:
         first = len(self._records(request.task_id))
@@ -220,8 +242,6 @@ class LocalProvider(Provider):
     def _start_nodes(self, request: LaunchRequest, indexes: range,
                      rollback_all: bool) -> list[Instance]:
         """Start one agent (and its keeper) per index; address and GPU slice follow the index."""
-        spec = request.spec
-        gpus = local_gpu_count() if spec.gpu is not None else 0
         block = (self._records_dir(request.task_id) / "address-block").read_text()
         package_root = str(Path(flow_sdk.__file__).resolve().parent.parent)
         instance_ids = [f"i-{secrets.token_hex(8)}0" for _ in indexes]
@@ -231,7 +251,7 @@ class LocalProvider(Provider):
                                         [f"{block}.{index + 1}" for index in indexes])
             for index, instance_id, server in zip(indexes, instance_ids, servers):
                 started.append(self._start_node(request, index, instance_id,
-                                                f"{block}.{index + 1}", gpus, package_root,
+                                                f"{block}.{index + 1}", package_root,
                                                 server))
         except OSError as exc:
             if rollback_all:
@@ -260,7 +280,7 @@ class LocalProvider(Provider):
         return [(node, settings, key) for node, key in zip(nodes, host_keys)]
 
     def _start_node(self, request: LaunchRequest, index: int, instance_id: str, address: str,
-                    gpus: int, package_root: str,
+                    package_root: str,
                     server: tuple[_sshd.NodeSsh, _TaskSsh, str] | str) -> Instance:
         task_id = request.task_id
         workdir = self._node_dir(task_id, instance_id)
@@ -270,10 +290,10 @@ class LocalProvider(Provider):
         env[_sshd.INSTANCE_ENV] = instance_id
         env["FLOW_NODE_ADDRESS"] = address
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        if gpus and request.spec.gpu is not None:
-            count = request.spec.gpu.count
-            slot = index % request.spec.num_instances  # a replacement takes over a slice
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(slot * count + g) for g in range(count))
+        env["CUDA_VISIBLE_DEVICES"] = self._node_gpus(task_id, index)
+        # Workers share this machine's cores with every other local node of the task.
+        env["FLOW_NODE_CORES"] = str(max(1, len(os.sched_getaffinity(0))
+                                         // request.spec.num_instances))
         record: dict[str, Any] = {"instance_id": instance_id, "task_id": task_id,
                                   "address": address, "workdir": str(workdir),
                                   "terminated": False}
@@ -355,6 +375,7 @@ class LocalProvider(Provider):
         self._stop(task_id, self._records(task_id))
         if all(rec["terminated"] for rec in self._records(task_id)):
             shutil.rmtree(self._ssh_dir(task_id), ignore_errors=True)  # the client key too
+            self._gpu_registry().release(task_id)
 
     def terminate_instances(self, task_id: str, instance_ids: list[str]) -> None:
         self._stop(task_id, [r for r in self._records(task_id) if r["instance_id"] in instance_ids])

@@ -8,10 +8,10 @@ those, and tests/agent/test_torchrun_env.py compares against a real ``torchrun``
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from flow_sdk.rendezvous.membership import Membership
+from flow_sdk.rendezvous.threads import node_cores, thread_env
 
 FLOW_VARS = ("FLOW_TASK_ID", "FLOW_NODE_RANK", "FLOW_NUM_NODES", "FLOW_MAIN_IP",
              "FLOW_RESTART_COUNT")
@@ -82,6 +82,6 @@ def worker_env(*, task_id: str, membership: Membership, local_rank: int, slots_p
                              run_id=task_id, restart_count=restart_count,
                              max_restarts=max_restarts))
     # Like torchrun: several workers on one node must not each start a thread per core.
-    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, slots_per_node)))
+    env.update(thread_env(node_cores(), slots_per_node, user_env or {}))
     env.update(user_env or {})
     return env

@@ -157,7 +157,11 @@ def _train(job: _FitJob, rank: int, world_size: int) -> dict[str, Any]:
         evals = [(dtrain, "train")] + ([(deval, "valid")] if deval is not None else [])
         evals_result: dict[str, dict[str, list[float]]] = {}
         started = time.perf_counter()
-        booster = xgboost.train(job.params, dtrain, num_boost_round=job.num_boost_round,
+        from flow_sdk.data import default_nthread  # nthread: this worker's share of the cores
+
+        nthread = default_nthread()
+        params = {**({"nthread": nthread} if nthread else {}), **job.params}
+        booster = xgboost.train(params, dtrain, num_boost_round=job.num_boost_round,
                                 evals=evals, evals_result=evals_result,
                                 verbose_eval=job.verbose_eval)
         info.update(rank=rank, world_size=world_size, train_s=time.perf_counter() - started,

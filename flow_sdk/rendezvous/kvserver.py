@@ -37,6 +37,7 @@ class _Conn:
     out: bytearray = field(default_factory=bytearray)
     authed: bool = False
     closed: bool = False
+    writing: bool = False  # registered for EVENT_WRITE (replies wait in ``out``)
     waiting: _Wait | None = None
 
 
@@ -284,8 +285,10 @@ class KVServer:
             self._drop(conn, counted=False)
             return
         del conn.out[:sent]
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
-        self._sel.modify(conn.sock, events, conn)
+        if bool(conn.out) != conn.writing:
+            conn.writing = bool(conn.out)
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.writing else 0)
+            self._sel.modify(conn.sock, events, conn)
 
     def _drop(self, conn: _Conn, counted: bool = True) -> None:
         if conn.closed:

@@ -24,11 +24,26 @@ from flow_sdk.rendezvous.kvserver import KVServer
 
 OP_TIMEOUT_S = 5.0  # an answer slower than this means the leader is frozen or gone
 
-__all__ = ["KVClient", "KVServer", "OP_TIMEOUT_S", "StoreRefused"]
+__all__ = ["KVClient", "KVServer", "OP_TIMEOUT_S", "StoreRefused", "dial"]
 
 
 class StoreRefused(RendezvousError):
     """The store answered, but refused the request (malformed, or a limit was reached)."""
+
+
+def dial(host: str, port: int, connect_timeout_s: float, op_timeout_s: float) -> socket.socket:
+    """A TCP connection (no delay) to ``host:port``, retried while nothing listens there yet."""
+    deadline = time.monotonic() + connect_timeout_s
+    while True:
+        try:
+            sock = socket.create_connection((host, port), timeout=op_timeout_s)
+            break
+        except (ConnectionRefusedError, socket.timeout):  # not listening yet: retry
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 class KVClient:
@@ -37,16 +52,7 @@ class KVClient:
 
     def __init__(self, host: str, port: int, secret: bytes, connect_timeout_s: float,
                  op_timeout_s: float = OP_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + connect_timeout_s
-        while True:
-            try:
-                self._sock = socket.create_connection((host, port), timeout=op_timeout_s)
-                break
-            except (ConnectionRefusedError, socket.timeout):  # not listening yet: retry
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = dial(host, port, connect_timeout_s, op_timeout_s)
         self._reader = self._sock.makefile("rb")
         self._lock = threading.Lock()
         self._op_timeout_s = op_timeout_s

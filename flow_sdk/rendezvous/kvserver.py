@@ -27,6 +27,7 @@ from flow_sdk.rendezvous import kvwire
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 MAX_REPLY_BUFFER = 64 << 20  # a peer that stops reading its replies is dropped
 _WANT_FDS = 65536
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # built once: the C encoder
 
 
 @dataclass(eq=False)
@@ -81,6 +82,7 @@ class KVServer:
         self._waiters: dict[str, list[tuple[int, int, _Wait]]] = {}
         self._timers: list[tuple[float, int, _Wait | _Conn]] = []
         self._seq = itertools.count()
+        self._resume: list[_Conn] = []  # answered waiters whose queued requests are next
         self._stopping = False
         self.dropped = 0  # connections dropped for failing the handshake or a limit
         self._thread = threading.Thread(target=self._loop, name="kvstore", daemon=True)
@@ -121,6 +123,8 @@ class KVServer:
                     if events & selectors.EVENT_READ and not conn.closed:
                         self._read(conn)
             self._expire(time.monotonic())
+            while self._resume:  # served here, not from inside another peer's request
+                self._serve_lines(self._resume.pop())
 
     def _accept(self) -> None:
         for _ in range(256):  # a burst of arrivals: take many per wake-up
@@ -260,7 +264,8 @@ class KVServer:
         if conn.closed:
             return
         self._send(conn, {"ok": True, "value": kvwire.as_count(self.data.get(wait.key)) or 0})
-        self._serve_lines(conn)  # requests that arrived while it waited
+        if conn.inbuf:  # requests that arrived while it waited
+            self._resume.append(conn)
 
     # -- sending and dropping -----------------------------------------------------------------
 
@@ -268,7 +273,7 @@ class KVServer:
         if conn.closed:
             return
         pending = bool(conn.out)
-        conn.out += json.dumps(reply, separators=(",", ":")).encode() + b"\n"
+        conn.out += _encode(reply).encode() + b"\n"
         if len(conn.out) > MAX_REPLY_BUFFER:
             self._drop(conn)
         elif not pending:

@@ -25,6 +25,7 @@ from flow_sdk.rendezvous.kvserver import KVServer
 OP_TIMEOUT_S = 5.0  # an answer slower than this means the leader is frozen or gone
 
 __all__ = ["KVClient", "KVServer", "OP_TIMEOUT_S", "StoreRefused", "dial"]
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # built once: the C encoder
 
 
 class StoreRefused(RendezvousError):
@@ -77,7 +78,7 @@ class KVClient:
                                   "secret; refusing to use it")
 
     def _write(self, request: dict[str, Any]) -> None:
-        self._sock.sendall(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        self._sock.sendall(_encode(request).encode() + b"\n")
 
     def _read_line(self) -> Any:
         line = self._reader.readline(kvwire.MAX_LINE + 1)

@@ -138,3 +138,15 @@ def test_reports_are_validated_before_use() -> None:
                 raw.replace('"FAILED"', '"SUCCEEDED"'), raw.replace('"lost": false', '"lost": 1'),
                 raw.replace('"exit_code": 3', '"exit_code": "3"'), json.dumps({"node": 1})):
         assert parse_report(bad, 2) is None, bad
+
+
+def test_requests_queued_behind_a_wait_are_served_after_it(server: KVServer) -> None:
+    waiter = KVClient("127.0.0.1", server.port, SECRET, connect_timeout_s=5)
+    writer = KVClient("127.0.0.1", server.port, SECRET, connect_timeout_s=5)
+    waiter._sock.sendall(b'{"op": "wait", "key": "c", "at_least": 1, "timeout_s": 30}\n'
+                         b'{"op": "get", "key": "c"}\n')
+    writer.add("c", 1)
+    replies = [json.loads(waiter._reader.readline()) for _ in range(2)]
+    assert replies == [{"ok": True, "value": 1}, {"ok": True, "value": "1"}]
+    waiter.close()
+    writer.close()

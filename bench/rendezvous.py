@@ -130,6 +130,7 @@ def _run_node(design: str, port: int, rank: int, members: Membership, args: argp
             next_at += TICK_S
     except OSError:
         result.timed_out = True
+    phases["close"].wait()  # nobody tears down while others still beat
     node.close()
 
 
@@ -154,7 +155,8 @@ def run(design: str, args: argparse.Namespace) -> dict[str, float]:
     if design == "new":
         server.data["generation"] = "0"
     ctx = mp.get_context("spawn")  # the server's thread and sockets stay in this process
-    events = {"go": ctx.Event(), "beat": ctx.Event(), "ready": ctx.Queue(),
+    events = {"go": ctx.Event(), "beat": ctx.Event(), "close": ctx.Event(),
+              "ready": ctx.Queue(),
               "start_at": ctx.Value("d", 0.0), "beat_at": ctx.Value("d", 0.0)}
     out = ctx.Queue()
     n = args.clients
@@ -172,6 +174,8 @@ def run(design: str, args: argparse.Namespace) -> dict[str, float]:
     time.sleep(0.5 + min(args.timeout_s, 3.0 if design == "new" else args.timeout_s) + 0.5)
     events["beat_at"].value = time.time() + 0.2
     events["beat"].set()
+    time.sleep(0.2 + args.heartbeat_s + 1.0)
+    events["close"].set()
     rows = [row for _ in procs for row in out.get()]
     for p in procs:
         p.join()

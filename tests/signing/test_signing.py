@@ -99,7 +99,8 @@ def test_local_store_files_are_private(tmp_path: Path) -> None:
     store = FileObjectStore(tmp_path / "store")
     store.put("tasks/t/results/000000", b"x")
     assert store.put_if_absent("tasks/t/outcome.json", b"y")
-    for path in (tmp_path / "store/tasks/t/results/000000", tmp_path / "store/tasks/t/outcome.json"):
+    for path in (tmp_path / "store/tasks/t/results/000000",
+                 tmp_path / "store/tasks/t/outcome.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     for folder in (tmp_path / "store", tmp_path / "store/tasks", tmp_path / "store/tasks/t",
                    tmp_path / "store/tasks/t/results"):

@@ -152,8 +152,6 @@ def _process(design: str, port: int, ranks: list[int], num_nodes: int,
 
 def run(design: str, args: argparse.Namespace) -> dict[str, float]:
     server: Any = OldKVServer(HOST, 0) if design == "old" else KVServer(HOST, 0, SECRET)
-    if design == "new":
-        server.data["generation"] = "0"
     ctx = mp.get_context("spawn")  # the server's thread and sockets stay in this process
     events = {"go": ctx.Event(), "beat": ctx.Event(), "close": ctx.Event(),
               "ready": ctx.Queue(),

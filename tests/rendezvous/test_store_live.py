@@ -113,3 +113,17 @@ def test_a_frozen_leader_fails_the_task_within_the_heartbeat_bound() -> None:
     assert "lost contact with the leader" in outcome.message and "node 0" in outcome.message
     assert elapsed < 20  # the bound is 10 s (5 s op timeout + decide window); CI is loaded
     assert task.wait(timeout=60) is TaskStatus.FAILED
+
+
+def test_a_malformed_failure_report_fails_the_task_cleanly_without_crashing_an_agent() -> None:
+    task = hold.spawn(300.0)
+    host, port = _leader_store(task)
+    peer = KVClient(host, port, signing.load_task_secret(task.task_id), connect_timeout_s=10)
+    peer.set("g0/fail/report/1", json.dumps({"node": 1, "status": "FAILED"}))  # fields missing
+    peer.add("g0/fail/count", 1)
+    peer.close()
+    assert task.wait(timeout=60) is TaskStatus.FAILED
+    outcome = task.outcome()
+    assert outcome is not None and "no report survived" in outcome.message
+    assert "crashed" not in outcome.message
+    assert not any("agent crashed" in line for line in task.logs(source="agent"))

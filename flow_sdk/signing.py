@@ -103,7 +103,8 @@ def open_blob(secret: bytes, key: str, blob: bytes) -> bytes:
 def same_digest(key: str, data: bytes, expected: str) -> bytes:
     """``data`` when its SHA-256 is ``expected`` (a digest from a signed record)."""
     if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), expected):
-        raise SignatureError(key, "its SHA-256 is not the one the signed task record names")
+        raise SignatureError(key, "its SHA-256 does not match the digest the signed task "
+                                  "record names")
     return data
 
 

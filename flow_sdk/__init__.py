@@ -22,10 +22,12 @@ from flow_sdk.errors import (
     ProviderError,
     RemoteTraceback,
     RendezvousError,
+    SignatureError,
     TaskCancelledError,
     TaskError,
     TaskFailedError,
     TaskNotFoundError,
+    TaskSecretError,
     TaskTimedOutError,
     TaskTimeoutError,
     ValidationError,
@@ -54,4 +56,5 @@ __all__ = [
     "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInfo", "VolumeInUseError",
     "latest_checkpoint", "load_checkpoint", "save_checkpoint",
     "HostKeyMismatchError", "ScriptExitError", "SshError", "SshUnavailableError",
+    "SignatureError", "TaskSecretError",
 ]

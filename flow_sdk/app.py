@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from flow_sdk import headjob, payload, progress, protocol, script_imports, scripts
+from flow_sdk import headjob, payload, progress, protocol, script_imports, scripts, signing
 from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
 from flow_sdk.protocol import BootConfig, LaunchedNode, LaunchRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
@@ -172,27 +172,32 @@ class RemoteFunction(Generic[P, R]):
 
 
 def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
-    """Store the payload and task record, then start the nodes as one gang."""
+    """Store the payload and task record, then start the nodes as one gang. The task's
+    secret (which signs every record and result) goes to the nodes in their boot config and
+    to a 0600 file on this machine, never to the store."""
     task_id = new_task_id(spec.name)
+    secret = signing.new_secret()
+    signing.save_task_secret(task_id, secret)
     digest = payload.digest(blob)
+    signed = signing.SignedStore(provider.store, signing.secret_from_hex(secret))
     store = provider.store
     if not store.exists(protocol.payload_key(digest)):
         store.put(protocol.payload_key(digest), blob)
     rdzv_port, master_port = provider.rendezvous_ports()
     record = TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), rdzv_port,
                         master_port)
-    store.put(protocol.task_key(task_id), protocol.to_json(record))
+    signed.put_record(protocol.task_key(task_id), record)
     save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
                                            "created_at": record.created_at})
-    boot = BootConfig(task_id, provider.name, provider.config())
+    boot = BootConfig(task_id, provider.name, provider.config(), secret=secret)
     try:
         instances = provider.launch(LaunchRequest(task_id, spec, boot.to_env()))
     except FlowError as exc:
-        store.put_if_absent(protocol.outcome_key(task_id), protocol.to_json(
-            Outcome(TaskStatus.FAILED.value, f"launch failed: {exc}", time.time())))
+        signed.put_record_if_absent(protocol.outcome_key(task_id), Outcome(
+            TaskStatus.FAILED.value, f"launch failed: {exc}", time.time()))
         raise
     launch = LaunchRecord(min(i.launched_at for i in instances), [
         LaunchedNode(i.instance_id, i.instance_type, i.market, i.usd_per_hour, i.zone)
         for i in instances])
-    store.put(protocol.launch_key(task_id), protocol.to_json(launch))
+    signed.put_record(protocol.launch_key(task_id), launch)
     return Task(task_id, provider)

@@ -146,3 +146,19 @@ class RemoteTraceback(Exception):
 
 class LaunchDeclinedError(FlowError):
     """The caller answered no when asked to confirm a launch that costs money."""
+
+
+class SignatureError(PayloadError):
+    """An object read from a task's store failed its HMAC-SHA256 check with the task's
+    secret: it was forged, altered, or written for another key. ``key`` names it. Nothing of
+    it was unpickled or acted on."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}; it was not written by this task's client or nodes "
+                         "(forged or altered), so it was refused before being read. Check who "
+                         "else can write to the task's store.")
+        self.key = key
+
+
+class TaskSecretError(FlowError):
+    """The task's secret is missing or malformed, so nothing of the task can be trusted."""

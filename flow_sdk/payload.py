@@ -3,6 +3,10 @@
 Functions defined in ``__main__``, closures and lambdas pickle by value. So do functions from
 the caller's own modules that are not installed packages (a test file, a sibling module of a
 script): nodes do not have the caller's source tree, so those are shipped by value too.
+
+The digest here catches accidents only. What authenticates a payload is the task's secret
+(``flow_sdk.signing``): the signed task record names the payload's digest, and results and
+error payloads are sealed by the node that uploads them and checked before ``loads``.
 """
 
 from __future__ import annotations

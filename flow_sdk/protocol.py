@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from flow_sdk.errors import RecordError
@@ -19,6 +20,9 @@ from flow_sdk.errors import RecordError
 # The agent lists its workers' process groups in this file of its working directory, so a
 # provider whose nodes are local processes can stop everything a node started.
 WORKER_PGIDS_FILE = "worker-pgids"
+# Names a 0600 file holding FLOW_BOOT (it carries the task's secret), for providers that start
+# agents as local processes: the secret stays out of argv and environment dumps.
+BOOT_FILE_ENV = "FLOW_BOOT_FILE"
 
 
 class TaskStatus(str, Enum):
@@ -176,6 +180,7 @@ def _fields_of(cls: type[Any], data: bytes) -> dict[str, Any]:
                           "client and the nodes") from None
     if not isinstance(raw, dict):
         raise RecordError(f"{what}: expected a JSON object, got {type(raw).__name__}")
+    raw.pop("mac", None)  # flow_sdk.signing's MAC, checked before the record is parsed
     known = {f.name for f in fields(cls)}
     required = {f.name for f in fields(cls)
                 if f.default is MISSING and f.default_factory is MISSING}
@@ -227,7 +232,7 @@ class LaunchRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> LaunchRecord:
-        raw = json.loads(data)
+        raw = _fields(data)
         return cls(raw["launched_at"], [LaunchedNode(**n) for n in raw["nodes"]])
 
 
@@ -272,6 +277,15 @@ class Outcome:
         return cls(**raw)
 
 
+def boot_env_to_file(env: dict[str, str], path: Path) -> None:
+    """Move ``FLOW_BOOT`` (it carries the task's secret) from ``env`` into a new 0600 file at
+    ``path`` named by ``FLOW_BOOT_FILE``: the secret stays out of argv and environment dumps."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(env.pop("FLOW_BOOT"))
+    env[BOOT_FILE_ENV] = str(path)
+
+
 @dataclass(frozen=True)
 class BootConfig:
     """What a node agent is started with (the same for every node of a task)."""
@@ -279,16 +293,19 @@ class BootConfig:
     task_id: str
     provider: str
     provider_config: Mapping[str, Any]
+    secret: str = ""  # the task's secret (hex, flow_sdk.signing); never in the object store
 
     def to_env(self) -> dict[str, str]:
         data = {"task_id": self.task_id, "provider": self.provider,
-                "provider_config": dict(self.provider_config)}
+                "provider_config": dict(self.provider_config), "secret": self.secret}
         return {"FLOW_BOOT": json.dumps(data, sort_keys=True)}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str, str]:
-        """The boot config plus this node's instance id and address."""
-        data = json.loads(environ["FLOW_BOOT"])
+        """The boot config (from ``FLOW_BOOT``, or the 0600 file ``FLOW_BOOT_FILE`` names)
+        plus this node's instance id and address."""
+        file = environ.get(BOOT_FILE_ENV)
+        data = json.loads(Path(file).read_text() if file else environ["FLOW_BOOT"])
         return (cls(task_id=data["task_id"], provider=data["provider"],
-                    provider_config=data["provider_config"]),
+                    provider_config=data["provider_config"], secret=data.get("secret", "")),
                 environ["FLOW_INSTANCE_ID"], environ["FLOW_NODE_ADDRESS"])

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-from flow_sdk import payload, protocol
+from flow_sdk import payload, protocol, signing
 from flow_sdk import ssh as _ssh
 from flow_sdk._config import flow_home
 from flow_sdk.errors import (
@@ -86,7 +86,13 @@ def _kind(stream: str) -> str:
 
 
 class Task:
-    """A task launched by ``RemoteFunction.spawn`` (or re-attached with ``Task.from_id``)."""
+    """A task launched by ``RemoteFunction.spawn`` (or re-attached with ``Task.from_id``).
+
+    Every record and result it reads is checked against the task's secret before use (a
+    forged or altered one raises ``SignatureError`` naming its key, and nothing of it is
+    unpickled). The secret is the 0600 file the launching client saved under the flow data
+    directory (``$FLOW_HOME/secrets``), so only that user on that machine can read results.
+    """
 
     def __init__(self, task_id: str, provider: Provider) -> None:
         self.task_id = task_id
@@ -94,6 +100,15 @@ class Task:
         self._torn_down = False
         self._slots: int | None = None
         self._clock: tuple[int, str] = (-1, "")
+        self._signed: signing.SignedStore | None = None
+
+    @property
+    def store(self) -> signing.SignedStore:
+        """The provider's object store seen through the task's secret (read when first used)."""
+        if self._signed is None:
+            self._signed = signing.SignedStore(
+                self.provider.store, lambda: signing.load_task_secret(self.task_id))
+        return self._signed
 
     def __repr__(self) -> str:
         return f"Task({self.task_id!r}, provider={self.provider.name!r})"
@@ -110,20 +125,21 @@ class Task:
     # -- state ------------------------------------------------------------------------------
 
     def record(self) -> TaskRecord:
-        raw = self.provider.store.get(protocol.task_key(self.task_id))
+        key = protocol.task_key(self.task_id)
+        raw = self.provider.store.get(key)
         if raw is None:
             raise TaskNotFoundError(f"task {self.task_id!r} has no record in the "
                                     f"{self.provider.name} store")
-        return TaskRecord.from_json(raw)
+        return TaskRecord.from_json(self.store.check_record(key, raw))
 
     def outcome(self) -> Outcome | None:
-        raw = self.provider.store.get(protocol.outcome_key(self.task_id))
+        raw = self.store.get_record(protocol.outcome_key(self.task_id))
         return Outcome.from_json(raw) if raw is not None else None
 
     def nodes(self) -> list[NodeRecord]:
-        store = self.provider.store
+        store = self.store
         return [NodeRecord.from_json(data) for key in store.list(protocol.nodes_prefix(self.task_id))
-                if (data := store.get(key)) is not None]
+                if (data := store.get_record(key)) is not None]
 
     @property
     def status(self) -> TaskStatus:
@@ -148,10 +164,9 @@ class Task:
                    "was killed)")
         if tail:
             message += f"; last {what}:\n  " + "\n  ".join(tail)
-        self.provider.store.put_if_absent(
+        self.store.put_record_if_absent(
             protocol.outcome_key(self.task_id),
-            protocol.to_json(Outcome(TaskStatus.FAILED.value, message, time.time(),
-                                     log_tail=tail)))
+            Outcome(TaskStatus.FAILED.value, message, time.time(), log_tail=tail))
         outcome = self.outcome()
         assert outcome is not None
         return TaskStatus(outcome.status)
@@ -159,7 +174,7 @@ class Task:
     # -- cost -------------------------------------------------------------------------------
 
     def _launch_record(self) -> LaunchRecord | None:
-        raw = self.provider.store.get(protocol.launch_key(self.task_id))
+        raw = self.store.get_record(protocol.launch_key(self.task_id))
         return LaunchRecord.from_json(raw) if raw is not None else None
 
     @property
@@ -205,11 +220,11 @@ class Task:
 
     def cancel(self) -> None:
         """Stop every worker on every node and tear the nodes down. No-op once the task ended."""
-        self.provider.store.put(protocol.cancel_key(self.task_id), b"cancelled by the caller")
-        self.provider.store.put_if_absent(
+        self.store.put_record(protocol.cancel_key(self.task_id),
+                              {"by": "the caller", "at": time.time()})
+        self.store.put_record_if_absent(
             protocol.outcome_key(self.task_id),
-            protocol.to_json(Outcome(TaskStatus.CANCELLED.value, "cancelled by the caller",
-                                     time.time())))
+            Outcome(TaskStatus.CANCELLED.value, "cancelled by the caller", time.time()))
         self.provider.terminate(self.task_id)
         self._torn_down = True
 
@@ -229,7 +244,7 @@ class Task:
         return [self._load_result(int(key.rsplit("/", 1)[1])) for key in keys]
 
     def _load_result(self, rank: int) -> Any:
-        raw = self.provider.store.get(protocol.result_key(self.task_id, rank))
+        raw = self.store.get_blob(protocol.result_key(self.task_id, rank))
         if raw is None:
             raise TaskError(f"task {self.task_id} succeeded but rank {rank} stored no result",
                             task_id=self.task_id, status=TaskStatus.SUCCEEDED.value)
@@ -250,7 +265,7 @@ class Task:
         if status is TaskStatus.TIMED_OUT:
             return TaskTimedOutError(text, task_id=self.task_id, status=status.value)
         if outcome.has_error_payload and outcome.rank is not None:
-            raw = self.provider.store.get(protocol.error_key(self.task_id, outcome.rank))
+            raw = self.store.get_blob(protocol.error_key(self.task_id, outcome.rank))
             if raw is not None:
                 info = payload.loads(raw)
                 where = f"raised on node {outcome.node}, rank {outcome.rank} of task {self.task_id}"

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 
-from flow_sdk import protocol
+from flow_sdk import protocol, signing
 from flow_sdk.agent.workers import WorkerExit, WorkerGroup
-from flow_sdk.errors import FlowError
+from flow_sdk.errors import FlowError, SignatureError
 from flow_sdk.protocol import (
     BootConfig,
     NodeEvent,
@@ -90,6 +90,8 @@ class Agent:
         self.address = address
         self.workdir = workdir
         self.provider = get_provider(boot.provider, boot.provider_config)
+        self.secret = signing.secret_from_hex(boot.secret)
+        self.store = signing.SignedStore(self.provider.store, self.secret)  # checks every read
         self.log = AgentLog(self.provider, self.task_id, instance_id)
         self.stop_requested = threading.Event()
 
@@ -98,12 +100,10 @@ class Agent:
     def _write_node(self, m: Membership, phase: NodePhase, workers: int = 0) -> None:
         record = NodeRecord(m.node_rank, self.instance_id, self.address, phase, time.time(),
                             workers)
-        self.provider.store.put(protocol.node_key(self.task_id, m.node_rank),
-                                protocol.to_json(record))
+        self.store.put_record(protocol.node_key(self.task_id, m.node_rank), record)
 
     def _write_outcome(self, outcome: Outcome) -> bool:
-        wrote = self.provider.store.put_if_absent(protocol.outcome_key(self.task_id),
-                                                  protocol.to_json(outcome))
+        wrote = self.store.put_record_if_absent(protocol.outcome_key(self.task_id), outcome)
         if wrote:
             self.log(f"task {outcome.status}: {outcome.message}")
         return wrote
@@ -116,29 +116,50 @@ class Agent:
         """Instance ids that a decider replaced: gone, or about to go (a node that decided its
         own replacement terminates itself last), so never members of a later generation."""
         found: set[str] = set()
-        for key in self.provider.store.list(protocol.restarts_prefix(self.task_id)):
-            raw = self.provider.store.get(key)
-            if raw is not None:
-                found.update(json.loads(raw).get("replaced", []))
+        for raw in self._restarts().values():
+            replaced = json.loads(raw).get("replaced", [])
+            found.update(r for r in replaced if isinstance(r, str))
         return found
 
     def _current_generation(self) -> int:
-        keys = self.provider.store.list(protocol.restarts_prefix(self.task_id))
-        return max((int(k.rsplit("/", 1)[1]) for k in keys), default=0)
+        return max((int(k.rsplit("/", 1)[1]) for k in self._restarts()), default=0)
+
+    def _restarts(self) -> dict[str, bytes]:
+        """The restart decisions that carry the task's MAC, by key; others are ignored."""
+        found = {}
+        for key in self.store.list(protocol.restarts_prefix(self.task_id)):
+            raw = self._checked(key)
+            if raw is not None and key.rsplit("/", 1)[1].isdigit():
+                found[key] = raw
+        return found
+
+    def _checked(self, key: str) -> bytes | None:
+        """A record that carries the task's MAC; None when absent or forged (logged)."""
+        try:
+            return self.store.get_record(key)
+        except SignatureError as exc:
+            self.log(f"ignored a forged record: {exc}")
+            return None
 
     # -- main -------------------------------------------------------------------------------
 
     def run(self) -> int:
         self.log(f"agent started on {self.instance_id} ({self.address}), task {self.task_id}")
-        raw = self.provider.store.get(protocol.task_key(self.task_id))
-        if raw is None:
-            return self._fail(f"node {self.instance_id} found no task record; the launch was "
-                              "incomplete")
-        record = TaskRecord.from_json(raw)
+        try:  # the record's MAC and the payload's digest are checked before either is used
+            raw = self.store.get_record(protocol.task_key(self.task_id))
+            if raw is None:
+                return self._fail(f"node {self.instance_id} found no task record; the launch "
+                                  "was incomplete")
+            record = TaskRecord.from_json(raw)
+            key = protocol.payload_key(record.payload_digest)
+            blob = self.provider.store.get(key)
+            if blob is None:
+                return self._fail(f"payload {record.payload_digest[:16]} is missing from the "
+                                  "store")
+            signing.same_digest(key, blob, record.payload_digest)
+        except SignatureError as exc:
+            return self._fail(f"node {self.instance_id} refused to run the task: {exc}")
         spec = TaskSpec.model_validate(record.spec)
-        blob = self.provider.store.get(protocol.payload_key(record.payload_digest))
-        if blob is None:
-            return self._fail(f"payload {record.payload_digest[:16]} is missing from the store")
         (self.workdir / "payload").write_bytes(blob)
         # The cap counts from the task's creation, so a replacement node gets only what is left.
         deadline = (time.monotonic() + record.created_at + spec.max_run_time_hours * 3600
@@ -167,7 +188,7 @@ class Agent:
             self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
                      f"{membership.leader_address}")
             store = NodeStore.connect(membership, record.rdzv_port, spec.availability_timeout_s,
-                                      generation=gen)
+                                      self.secret, generation=gen)
             store.heartbeat()
             store.barrier("start", spec.availability_timeout_s)
             if spec.preflight:
@@ -231,9 +252,9 @@ class Agent:
         restart = protocol.restart_key(self.task_id, gen + 1)
         outcome = protocol.outcome_key(self.task_id)
         while time.monotonic() < deadline:
-            if self.provider.store.exists(restart):
+            if self._checked(restart) is not None:
                 return Next.RESTART
-            if self.provider.store.exists(outcome):
+            if self._checked(outcome) is not None:
                 return Next.FAILED
             time.sleep(0.05)
         self._fail(f"node {m.node_rank}: no node decided how generation {gen} ends within "
@@ -252,7 +273,7 @@ class Agent:
         root = min(reports, key=FailureReport.root_cause_key) if reports else FailureReport(
             node=m.node_rank, status=TaskStatus.FAILED.value, observed_at=time.time(),
             message="a node reported a failure but no report survived")
-        cancelled = self.provider.store.exists(protocol.cancel_key(self.task_id))
+        cancelled = self._checked(protocol.cancel_key(self.task_id)) is not None
         if root.status == TaskStatus.TIMED_OUT.value or gen >= spec.max_restarts or cancelled:
             restarts = f" after {gen} restart(s)" if gen else ""
             self._write_outcome(Outcome(root.status, root.message + restarts, time.time(),
@@ -272,8 +293,8 @@ class Agent:
         try:
             if others:
                 self.provider.terminate_instances(self.task_id, others)
-            self.provider.store.put(protocol.restart_key(self.task_id, gen + 1),
-                                    json.dumps({"reason": asdict(root), "replaced": lost}).encode())
+            self.store.put_record(protocol.restart_key(self.task_id, gen + 1),
+                                  {"reason": asdict(root), "replaced": lost})
             if lost:
                 self.provider.add_instances(
                     LaunchRequest(self.task_id, spec, self.boot.to_env()), len(lost))
@@ -293,8 +314,8 @@ class Agent:
         error_file = workers.error_path(exit_.rank)
         has_error = error_file.exists()
         if has_error:
-            self.provider.store.put(protocol.error_key(self.task_id, exit_.rank),
-                                    error_file.read_bytes())
+            self.store.put_blob(protocol.error_key(self.task_id, exit_.rank),
+                                error_file.read_bytes())
         tail = workers.tail(exit_.rank)
         message = f"node {m.node_rank} rank {exit_.rank}: worker {exit_.describe()}"
         if tail:
@@ -309,7 +330,7 @@ class Agent:
         for w in workers.workers:
             w.join_output(5.0)  # every line is in the log store before the node reports done
             path = workers.result_path(w.rank)
-            self.provider.store.put(protocol.result_key(self.task_id, w.rank), path.read_bytes())
+            self.store.put_blob(protocol.result_key(self.task_id, w.rank), path.read_bytes())
 
     def _watch(self, m: Membership, store: NodeStore, workers: WorkerGroup,
                deadline: float | None) -> WatchResult:
@@ -374,7 +395,7 @@ class Agent:
                             observed_at=time.time(), lost=True))
                 if now - last_cancel >= CANCEL_CHECK_S:
                     last_cancel = now
-                    if self.provider.store.exists(protocol.cancel_key(self.task_id)):
+                    if self._checked(protocol.cancel_key(self.task_id)) is not None:
                         self.log("task cancelled: stopping workers")
                         return WatchResult(NodeEvent.STOPPED)
                 time.sleep(POLL_S)
@@ -405,6 +426,7 @@ class Agent:
 
 def main() -> int:
     boot, instance_id, address = BootConfig.from_env()
+    os.environ.pop("FLOW_BOOT", None)  # it carries the task's secret: workers do not inherit it
     agent = Agent(boot, instance_id, address, Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd())))
 
     def on_term(signum: int, frame: FrameType | None) -> None:

@@ -211,8 +211,9 @@ class Provider(abc.ABC):
                           spec.max_run_time_hours)
 
     def rendezvous_ports(self) -> tuple[int, int]:
-        """(agent store port, MASTER_PORT) for a new task. Cloud nodes own their ports."""
-        return 29400, 29500
+        """(agent store port, MASTER_PORT) for a new task. Cloud nodes own their ports. The
+        store's port is not torchrun's rendezvous port (29400), which user code may open."""
+        return 29471, 29500
 
     def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
         """How to reach one node of the task over SSH, with its host key pinned at launch.

@@ -18,6 +18,20 @@ def _safe_part(value: str, what: str) -> str:
     return value
 
 
+def _private_dirs(folder: Path) -> None:
+    """Create ``folder`` and its missing parents as 0700: other users cannot read task data."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(mode=0o700, exist_ok=True)
+
+
+def _private_file(path: Path, flags: int) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
+
+
 class FileObjectStore(ObjectStore):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -26,9 +40,9 @@ class FileObjectStore(ObjectStore):
         return self.root / _safe_part(key, "object key")
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _private_dirs(path.parent)
         temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-        with open(temp, "wb") as fh:
+        with os.fdopen(_private_file(temp, os.O_EXCL), "wb") as fh:
             fh.write(data)
         return temp
 
@@ -81,8 +95,8 @@ class FileObjectStore(ObjectStore):
 
 class _FileLogWriter(LogWriter):
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[bytes] = open(path, "ab", buffering=0)
+        _private_dirs(path.parent)
+        self._fh: IO[bytes] = os.fdopen(_private_file(path, os.O_APPEND), "ab", buffering=0)
 
     def write(self, records: list[LogRecord]) -> None:
         if records:

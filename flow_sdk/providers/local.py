@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import flow_sdk
-from flow_sdk import protocol
+from flow_sdk import protocol, signing
 from flow_sdk._config import flow_home
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.protocol import Outcome, TaskStatus
@@ -287,6 +287,7 @@ class LocalProvider(Provider):
         workdir.mkdir(parents=True)
         env = dict(os.environ)
         env.update(request.boot_env)
+        protocol.boot_env_to_file(env, workdir / "boot.json")  # it holds the task's secret
         env[_sshd.INSTANCE_ENV] = instance_id
         env["FLOW_NODE_ADDRESS"] = address
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -448,10 +449,12 @@ class LocalProvider(Provider):
             report.stopped_processes.extend(self.node_pids(task_id))
             if dry_run:
                 continue
-            if outcome is None and not (clients / f"{task_id}.json").exists():
-                self._store.put_if_absent(protocol.outcome_key(task_id), protocol.to_json(
-                    Outcome(TaskStatus.CANCELLED.value, "stopped by `flow gc`: no client on "
-                            "this machine knows the task", time.time())))
+            if outcome is None and not (clients / f"{task_id}.json").exists() \
+                    and signing.has_task_secret(task_id):  # signed: the client checks it
+                signing.SignedStore(self._store, signing.load_task_secret(task_id)) \
+                    .put_record_if_absent(protocol.outcome_key(task_id), Outcome(
+                        TaskStatus.CANCELLED.value, "stopped by `flow gc`: no client on this "
+                        "machine knows the task", time.time()))
             self.terminate(task_id)
         return report
 

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from flow_sdk.errors import RendezvousError
+from flow_sdk.rendezvous import kvwire
 from flow_sdk.rendezvous.store import NodeStore
 
 
@@ -69,6 +70,17 @@ def probe(targets: list[Target], timeout_s: float) -> list[str]:
         return [line for line in pool.map(attempt, targets) if line is not None]
 
 
+def _failure_lines(raw: str | None) -> list[str]:
+    """A node's published probe failures; a malformed value is reported, never trusted."""
+    try:
+        lines = json.loads(raw or "[]")
+    except ValueError:
+        lines = None
+    if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
+        return lines
+    return ["(its preflight report was malformed)"]
+
+
 def run_preflight(store: NodeStore, master_port: int, timeout_s: float) -> str:
     """Check every pair; returns a summary line or raises RendezvousError naming the pairs."""
     m = store.m
@@ -85,7 +97,7 @@ def run_preflight(store: NodeStore, master_port: int, timeout_s: float) -> str:
         store.publish("preflight/port", str(listeners[0].port))
         store.barrier("preflight-up", timeout_s)
         ports = store.gather("preflight/port")
-        targets = [Target(n, m.addresses[n], int(port or 0), "probe port")
+        targets = [Target(n, m.addresses[n], kvwire.as_count(port) or 0, "probe port")
                    for n, port in enumerate(ports) if n != m.node_rank]
         if not m.is_leader:
             targets.append(Target(0, m.leader_address, master_port, "MASTER_PORT"))
@@ -96,7 +108,7 @@ def run_preflight(store: NodeStore, master_port: int, timeout_s: float) -> str:
         for listener in listeners:
             listener.close()
     failures = [f"node {n} ({m.addresses[n]}) cannot reach {line}"
-                for n, raw in enumerate(reports) for line in json.loads(raw or "[]")]
+                for n, raw in enumerate(reports) for line in _failure_lines(raw)]
     if failures:
         raise RendezvousError("preflight failed: " + "; ".join(failures)
                               + ". Check the security group / firewall between the nodes.")

@@ -224,8 +224,8 @@ def test_gc_stops_orphaned_and_ended_tasks_only(flow_home: Path, tmp_path: Path)
     (flow_home / "tasks" / f"{orphan_id}.json").unlink()  # its client is gone
     from flow_sdk import protocol
     from flow_sdk.protocol import Outcome
-    ended.provider.store.put_if_absent(protocol.outcome_key(ended_id), protocol.to_json(
-        Outcome("FAILED", "written by the test", time.time())))  # ended, never torn down
+    ended.store.put_record_if_absent(protocol.outcome_key(ended_id), Outcome(
+        "FAILED", "written by the test", time.time()))  # ended, never torn down
     live_pids = ended.provider.node_pids(live_id)  # type: ignore[attr-defined]
 
     dry = flow("gc", "--dry-run", "--json")

@@ -33,18 +33,19 @@ def test_local_nodes_cost_nothing() -> None:
 
 
 def test_task_cost_reads_the_launch_record_with_a_fake_clock(flow_home) -> None:
-    from flow_sdk import protocol
+    from flow_sdk import protocol, signing
     from flow_sdk.protocol import Outcome
     from flow_sdk.providers.local import LocalProvider
     from flow_sdk.task import Task
 
     provider = LocalProvider()
+    signing.save_task_secret("priced-task", signing.new_secret())  # as launch_task does
     task = Task("priced-task", provider)
     assert task.cost_per_hour == 0.0 and task.cost_so_far(now=5_000.0) == 0.0  # not launched
-    provider.store.put(protocol.launch_key("priced-task"), protocol.to_json(_launch([12.5] * 2)))
+    task.store.put_record(protocol.launch_key("priced-task"), _launch([12.5] * 2))
     assert task.cost_per_hour == pytest.approx(25.0)
     assert task.cost_so_far(now=1_000.0 + 7200) == pytest.approx(50.0, rel=0.01)  # running
-    provider.store.put(protocol.outcome_key("priced-task"), protocol.to_json(
-        Outcome("SUCCEEDED", "done", finished_at=1_000.0 + 3600)))
+    task.store.put_record(protocol.outcome_key("priced-task"),
+                          Outcome("SUCCEEDED", "done", finished_at=1_000.0 + 3600))
     assert task.cost_so_far(now=1_000.0 + 99_999) == pytest.approx(25.0, rel=0.01)  # final
     assert task.estimated_cost == pytest.approx(25.0, rel=0.01)

@@ -233,8 +233,8 @@ def test_tampered_payload_is_refused_before_unpickling(
     provider = app.provider()
     provider.store.put(protocol.payload_key(digest), evil)  # swapped in the store
     start = time.monotonic()
-    with pytest.raises(PayloadError, match="does not match the digest"):
-        innocent.remote()
+    with pytest.raises(TaskFailedError, match="does not match the digest"):
+        innocent.remote()  # the node refuses it before any worker starts
     assert not marker.exists()  # the swapped payload was never unpickled
     fault_record("payload swapped in the store", time.monotonic() - start, _leaked(flow_home),
                  "none")

@@ -10,10 +10,12 @@ from flow_sdk.rendezvous.kvstore import KVClient, KVServer
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 from test_membership import M
 
+SECRET = bytes(range(32))
+
 
 def test_operations_over_a_real_socket() -> None:
-    server = KVServer("127.0.0.1", 0)
-    client = KVClient("127.0.0.1", server.port, connect_timeout_s=5)
+    server = KVServer("127.0.0.1", 0, SECRET)
+    client = KVClient("127.0.0.1", server.port, SECRET, connect_timeout_s=5)
     try:
         assert client.get("a") is None
         client.set("a", "1")
@@ -27,8 +29,9 @@ def test_operations_over_a_real_socket() -> None:
 
 
 def test_concurrent_adds_are_atomic() -> None:
-    server = KVServer("127.0.0.1", 0)
-    clients = [KVClient("127.0.0.1", server.port, connect_timeout_s=5) for _ in range(4)]
+    server = KVServer("127.0.0.1", 0, SECRET)
+    clients = [KVClient("127.0.0.1", server.port, SECRET, connect_timeout_s=5)
+               for _ in range(4)]
 
     def bump(c: KVClient) -> None:
         for _ in range(200):
@@ -48,8 +51,9 @@ def test_concurrent_adds_are_atomic() -> None:
 def _pair(port: int = 0) -> tuple[NodeStore, NodeStore]:
     members = [M("i-a", "127.0.0.1"), M("i-b", "127.0.0.1")]
     leader_m, other_m = assign_ranks(members, "i-a"), assign_ranks(members, "i-b")
-    leader = NodeStore.connect(leader_m, port, timeout_s=5)
-    other = NodeStore.connect(other_m, leader._server.port, timeout_s=5)  # type: ignore[union-attr]
+    leader = NodeStore.connect(leader_m, port, timeout_s=5, secret=SECRET)
+    port = leader._server.port  # type: ignore[union-attr]
+    other = NodeStore.connect(other_m, port, timeout_s=5, secret=SECRET)
     return leader, other
 
 

@@ -30,9 +30,10 @@ def test_probe_names_the_unreachable_target() -> None:
 
 def _nodes(count: int) -> list[NodeStore]:
     members = [M(f"i-{n}", f"127.0.0.{n + 1}") for n in range(count)]
-    leader = NodeStore.connect(assign_ranks(members, "i-0"), 0, timeout_s=5)
+    leader = NodeStore.connect(assign_ranks(members, "i-0"), 0, timeout_s=5, secret=bytes(32))
     port = leader._server.port  # type: ignore[union-attr]
-    return [leader] + [NodeStore.connect(assign_ranks(members, f"i-{n}"), port, timeout_s=5)
+    return [leader] + [NodeStore.connect(assign_ranks(members, f"i-{n}"), port, timeout_s=5,
+                                         secret=bytes(32))
                        for n in range(1, count)]
 
 

@@ -56,7 +56,7 @@ def test_simulated_addresses_map_onto_loopback(aws: AwsWorld) -> None:
 
 
 def test_rendezvous_ports_are_fixed_on_aws_and_free_in_simulation(aws: AwsWorld) -> None:
-    assert aws.provider().rendezvous_ports() == (29400, 29500)
+    assert aws.provider().rendezvous_ports() == (29471, 29500)
     first = aws.provider(simulate={"root": str(aws.sim_root)}).rendezvous_ports()
     assert first[0] != first[1] and all(p > 1024 for p in first)
 

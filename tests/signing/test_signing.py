@@ -1,0 +1,107 @@
+"""The task secret and the HMAC envelopes of everything that crosses the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from flow_sdk import signing
+from flow_sdk.errors import SignatureError, TaskSecretError
+from flow_sdk.providers.files import FileObjectStore
+
+SECRET = signing.secret_from_hex(signing.new_secret())
+OTHER = signing.secret_from_hex(signing.new_secret())
+
+
+@dataclass(frozen=True)
+class Rec:
+    status: str
+    at: float
+
+
+def test_a_record_opens_only_with_its_secret_and_key() -> None:
+    raw = signing.seal_record(SECRET, "tasks/t/outcome.json", {"status": "FAILED", "at": 1.5})
+    assert signing.open_record(SECRET, "tasks/t/outcome.json", raw) == raw
+    assert json.loads(raw)["status"] == "FAILED"  # fields stay readable without the secret
+    with pytest.raises(SignatureError, match="tasks/t/outcome.json") as info:
+        signing.open_record(OTHER, "tasks/t/outcome.json", raw)
+    assert info.value.key == "tasks/t/outcome.json"
+    with pytest.raises(SignatureError, match="tasks/u/outcome.json"):
+        signing.open_record(SECRET, "tasks/u/outcome.json", raw)  # copied to another key
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'{"status": "SUCCEEDED"}',
+                                 b'{"status": "SUCCEEDED", "mac": 7}'])
+def test_malformed_or_unsigned_records_are_refused(raw: bytes) -> None:
+    with pytest.raises(SignatureError, match="k.json"):
+        signing.open_record(SECRET, "k.json", raw)
+
+
+def test_an_altered_field_is_refused() -> None:
+    raw = signing.seal_record(SECRET, "k", {"status": "FAILED", "at": 1.5})
+    data = json.loads(raw)
+    data["status"] = "SUCCEEDED"
+    with pytest.raises(SignatureError, match="does not match"):
+        signing.open_record(SECRET, "k", json.dumps(data).encode())
+
+
+def test_blobs_are_checked_before_anyone_reads_them() -> None:
+    blob = signing.seal_blob(SECRET, "tasks/t/results/000000", b"\x80\x05payload")
+    assert signing.open_blob(SECRET, "tasks/t/results/000000", blob) == b"\x80\x05payload"
+    for bad in (blob[:-1] + b"X", b"FLOWMAC1" + b"0" * 64 + b"\x80\x05payload", b"\x80\x05",
+                blob.replace(b"FLOWMAC1", b"FLOWMAC2")):
+        with pytest.raises(SignatureError, match="results/000000"):
+            signing.open_blob(SECRET, "tasks/t/results/000000", bad)
+    with pytest.raises(SignatureError, match="results/000001"):
+        signing.open_blob(SECRET, "tasks/t/results/000001", blob)
+
+
+def test_a_payload_must_have_the_digest_the_signed_record_names() -> None:
+    digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"  # sha256("test")
+    assert signing.same_digest("payloads/x", b"test", digest) == b"test"
+    with pytest.raises(SignatureError, match="payloads/x"):
+        signing.same_digest("payloads/x", b"tesT", digest)
+
+
+def test_signed_store_round_trip_on_a_real_file_store(tmp_path: Path) -> None:
+    store = signing.SignedStore(FileObjectStore(tmp_path), SECRET)
+    store.put_record("tasks/t/outcome.json", Rec("FAILED", 2.0))
+    assert not store.put_record_if_absent("tasks/t/outcome.json", Rec("SUCCEEDED", 3.0))
+    assert json.loads(store.get_record("tasks/t/outcome.json") or b"")["status"] == "FAILED"
+    assert store.get_record("tasks/t/none.json") is None
+    store.put_blob("tasks/t/results/000000", b"data")
+    assert store.get_blob("tasks/t/results/000000") == b"data"
+    (tmp_path / "tasks/t/results/000000").write_bytes(b"forged")
+    with pytest.raises(SignatureError):
+        store.get_blob("tasks/t/results/000000")
+
+
+def test_the_client_keeps_the_secret_in_a_private_file(flow_home: Path) -> None:
+    secret = signing.new_secret()
+    signing.save_task_secret("t-1", secret)
+    path = flow_home / "secrets" / "t-1.key"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert signing.load_task_secret("t-1") == bytes.fromhex(secret)
+    with pytest.raises(TaskSecretError, match="no secret for task 't-2'"):
+        signing.load_task_secret("t-2")
+    path.write_text("short")
+    with pytest.raises(TaskSecretError, match="64 lowercase hex digits"):
+        signing.load_task_secret("t-1")
+
+
+def test_local_store_files_are_private(tmp_path: Path) -> None:
+    store = FileObjectStore(tmp_path / "store")
+    store.put("tasks/t/results/000000", b"x")
+    assert store.put_if_absent("tasks/t/outcome.json", b"y")
+    for path in (tmp_path / "store/tasks/t/results/000000",
+                 tmp_path / "store/tasks/t/outcome.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    for folder in (tmp_path / "store", tmp_path / "store/tasks", tmp_path / "store/tasks/t",
+                   tmp_path / "store/tasks/t/results"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700

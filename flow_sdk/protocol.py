@@ -232,7 +232,7 @@ class LaunchRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> LaunchRecord:
-        raw = _fields(data)
+        raw = _fields_of(cls, data)
         return cls(raw["launched_at"], [LaunchedNode(**n) for n in raw["nodes"]])
 
 

@@ -8,6 +8,7 @@ those, and tests/agent/test_torchrun_env.py compares against a real ``torchrun``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from flow_sdk.rendezvous.membership import Membership

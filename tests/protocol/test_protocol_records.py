@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import protocol
+from flow_sdk import protocol, signing
 from flow_sdk.errors import FlowError, RecordError
 from flow_sdk.protocol import (
     NODE_EVENTS,
@@ -96,16 +96,19 @@ def test_a_task_record_with_unknown_fields_is_a_typed_error() -> None:
         TaskRecord.from_json(json.dumps(raw).encode())
 
 
-def test_a_task_reads_store_records_through_the_checks(tmp_path: Path) -> None:
+def test_a_task_reads_store_records_through_the_checks(tmp_path: Path, flow_home: Path
+                                                       ) -> None:
     provider = LocalProvider(tmp_path / "local", ssh=False)
+    signing.save_task_secret("t-1", signing.new_secret())  # as launch_task does
     task = Task("t-1", provider)
-    provider.store.put(protocol.node_key("t-1", 0), protocol.to_json(
-        NodeRecord(0, "i-1", "127.0.0.2", NodePhase.RESTARTING, 1.0)))
+    task.store.put_record(protocol.node_key("t-1", 0),
+                          NodeRecord(0, "i-1", "127.0.0.2", NodePhase.RESTARTING, 1.0))
     assert [n.phase for n in task.nodes()] == [NodePhase.RESTARTING]
-    provider.store.put(protocol.node_key("t-1", 1), _node_json(node=1, phase="sleeping"))
+    task.store.put_record(protocol.node_key("t-1", 1),
+                          json.loads(_node_json(node=1, phase="sleeping")))
     with pytest.raises(RecordError, match="'sleeping'"):
         task.nodes()
-    provider.store.put(protocol.outcome_key("t-1"), json.dumps(
-        {"status": "RUNNING", "message": "m", "finished_at": 1.0}).encode())
+    task.store.put_record(protocol.outcome_key("t-1"),
+                          {"status": "RUNNING", "message": "m", "finished_at": 1.0})
     with pytest.raises(RecordError, match="Outcome.status is 'RUNNING'"):
         task.outcome()

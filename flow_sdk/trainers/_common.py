@@ -20,6 +20,7 @@ from flow_sdk.errors import FieldProblem, FlowError, TaskTimeoutError, Validatio
 
 if TYPE_CHECKING:
     from flow_sdk.data import ShardedDataConnector
+    from flow_sdk.providers.base import Provider
     from flow_sdk.task import Task
 
 R = TypeVar("R")
@@ -130,16 +131,16 @@ def as_sharded(data: object, field: str) -> ShardedDataConnector:
                          f"or pandas DataFrame), got {type(data).__name__}")
 
 
-def node_path(path: str | os.PathLike[str], provider: str, field: str) -> str:
-    """An absolute path for the nodes: a relative path is made absolute for the local
-    provider (whose nodes share this machine but not its working directory) and refused
-    for others."""
+def node_path(path: str | os.PathLike[str], provider: Provider, field: str) -> str:
+    """An absolute path for the nodes: a relative path is made absolute for a provider whose
+    nodes share this machine's file system (but not its working directory) and refused for
+    others."""
     text = os.fspath(path)
     if not text:
         raise problem(field, "must be a directory path, got an empty string")
     if os.path.isabs(text):
         return os.path.normpath(text)
-    if provider == "local":
+    if provider.shares_client_filesystem:
         return os.path.abspath(text)
     raise problem(field, f"must be an absolute path on the nodes (e.g. a file volume's "
                          f"mount path), got {text!r}")

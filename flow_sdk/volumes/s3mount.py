@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from flow_sdk.volumes.errors import VolumeError
+from flow_sdk.errors import VolumeError
+from flow_sdk.s3uri import S3UriError, folder_prefix, split_s3_uri
 
 CHUNK_BYTES = 1024 * 1024
 DOWNLOAD_THREADS = 8
@@ -55,13 +56,11 @@ class S3Location:
     @classmethod
     def parse(cls, uri: str) -> S3Location:
         """``s3://bucket/prefix``; the prefix names a folder (a trailing ``/`` is implied)."""
-        if not uri.startswith("s3://"):
-            raise VolumeError(f"not an S3 URI: {uri!r}; expected s3://bucket/prefix")
-        bucket, _, prefix = uri[len("s3://"):].partition("/")
-        if not bucket:
-            raise VolumeError(f"S3 URI {uri!r} names no bucket")
-        prefix = prefix.strip("/")
-        return cls(bucket, f"{prefix}/" if prefix else "")
+        try:
+            bucket, key = split_s3_uri(uri)
+        except S3UriError as exc:
+            raise VolumeError(str(exc)) from None
+        return cls(bucket, folder_prefix(key))
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"

@@ -12,10 +12,13 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from flow_sdk import __version__
+from flow_sdk._version import __version__
 from flow_sdk.errors import ProviderError
+from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
+from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
 
 # The AWS Deep Learning Base AMI (NVIDIA driver, CUDA, Docker with the NVIDIA container
 # toolkit, the EFA installer), published per region as a public SSM parameter.
@@ -25,7 +28,6 @@ DEFAULT_AGENT_PIP = f"flow-sdk[aws,torch]=={__version__}"
 DEFAULT_PREFIX = "flow/"
 DEFAULT_LOG_GROUP_PREFIX = "/flow/"
 DEFAULT_SSH_USER = "ubuntu"  # the Deep Learning AMI (Ubuntu) login user
-IMDS_ENDPOINT = "http://169.254.169.254"  # the instance metadata service, IMDSv2 only
 # The broadest SSH source a task's security group may admit ("the caller", never the internet).
 MIN_SSH_PREFIX = {4: 16, 6: 48}
 
@@ -180,6 +182,14 @@ class AwsConfig:
             data["launch"] = {"task_id": self.launch.task_id, "region": self.launch.region,
                               "attempt": self.launch.attempt}
         return data
+
+    def node_runtime(self) -> NodeRuntime:
+        """How this provider's instances become nodes: EC2 itself, or, with ``simulate``, the
+        simulated cloud's local processes."""
+        if self.simulate is not None:
+            from flow_sdk.providers.aws._simulate import SimulatedNodes  # only when asked for
+            return SimulatedNodes(Path(self.simulate.root))
+        return Ec2Runtime()
 
     def for_node(self, task_id: str, region: str, attempt: int) -> AwsConfig:
         """The config the nodes of one launched gang boot with."""

@@ -26,8 +26,8 @@ from flow_sdk._config import flow_home
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import Clients, error_code, error_message, tolerating
 from flow_sdk.providers.aws._config import AwsConfig, check_ssh_cidr
-from flow_sdk.volumes.efs import NFS_GROUP_NAME
-from flow_sdk.volumes.s3mount import S3Location
+from flow_sdk.providers.aws._efs import NFS_GROUP_NAME
+from flow_sdk.s3uri import folder_prefix, split_s3_uri
 
 TAG_TASK = "flow:task-id"
 TAG_ROLE = "flow:role"
@@ -92,16 +92,17 @@ def mount_statements(mounts: Sequence[str]) -> list[dict[str, Any]]:
     each bucket, limited to the prefix, and ``s3:GetObject`` on the prefix's objects only."""
     statements: list[dict[str, Any]] = []
     for uri in sorted(set(mounts)):
-        location = S3Location.parse(uri)
-        sid = MOUNT_SID_PREFIX + hashlib.sha256(str(location).encode()).hexdigest()[:12]
+        bucket, key = split_s3_uri(uri)
+        prefix = folder_prefix(key)
+        sid = MOUNT_SID_PREFIX + hashlib.sha256(f"s3://{bucket}/{prefix}".encode()).hexdigest()[:12]
         listing: dict[str, Any] = {"Sid": f"{sid}List", "Effect": "Allow",
                                    "Action": "s3:ListBucket",
-                                   "Resource": f"arn:aws:s3:::{location.bucket}"}
-        if location.prefix:
-            listing["Condition"] = {"StringLike": {"s3:prefix": f"{location.prefix}*"}}
+                                   "Resource": f"arn:aws:s3:::{bucket}"}
+        if prefix:
+            listing["Condition"] = {"StringLike": {"s3:prefix": f"{prefix}*"}}
         statements.append(listing)
         statements.append({"Sid": f"{sid}Get", "Effect": "Allow", "Action": "s3:GetObject",
-                           "Resource": f"arn:aws:s3:::{location.bucket}/{location.prefix}*"})
+                           "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"})
     return statements
 
 

@@ -10,8 +10,10 @@ instance profile of every instance of a launch (moto associates it with the firs
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
+import json
 import socket
 import time
 from collections import defaultdict
@@ -28,7 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from flow_sdk import protocol
 from flow_sdk.protocol import BootConfig, TaskRecord
-from flow_sdk.providers.aws import AwsProvider
+from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
 from flow_sdk.providers.base import Instance, LaunchRequest
 from flow_sdk.spec import TaskSpec, build_task_spec
@@ -399,3 +401,12 @@ def launch_ids(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *, reco
     """:func:`launch`, returning the instance ids."""
     instances = launch(provider, task_id, task_spec, record=record, created_at=created_at)
     return [instance.instance_id for instance in instances]
+
+
+def node_config_of(provider: AwsProvider, instance_id: str, region: str) -> dict[str, Any]:
+    """The provider config a launched instance boots with, read back from its user-data."""
+    recorded = provider.clients.get("ec2", region).describe_instance_attribute(
+        InstanceId=instance_id, Attribute="userData")
+    script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
+    boot: dict[str, Any] = json.loads(_userdata.boot_json_from_user_data(script))
+    return dict(boot["provider_config"])

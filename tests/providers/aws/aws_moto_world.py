@@ -14,18 +14,23 @@ import base64
 import copy
 import datetime
 import json
+import logging
 import socket
 import time
+import urllib.request
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
+from moto.server import ThreadedMotoServer
 from werkzeug.exceptions import HTTPException
 
 from flow_sdk import protocol
@@ -410,3 +415,51 @@ def node_config_of(provider: AwsProvider, instance_id: str, region: str) -> dict
     script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
     boot: dict[str, Any] = json.loads(_userdata.boot_json_from_user_data(script))
     return dict(boot["provider_config"])
+
+
+# -- the pieces of a moto world, shared by the aws provider and provider contract tests --------
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto server over HTTP on 127.0.0.1 (a free port); yields its URL."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@contextmanager
+def moto_gaps() -> Iterator[None]:
+    """Placement groups, and instance profiles on every instance of a launch."""
+    for name, fn in PLACEMENT_GROUP_ACTIONS.items():
+        setattr(EC2Response, name, fn)
+    original = EC2Response.run_instances
+    setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(EC2Response, "run_instances", original)  # noqa: B010
+        for name in PLACEMENT_GROUP_ACTIONS:
+            delattr(EC2Response, name)
+
+
+def fresh_world(moto_url: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> AwsWorld:
+    """The moto server reset, fake credentials in this process's environment, the DLAMI
+    published, the test bucket created, and no launch backoff."""
+    from flow_testing import fake_aws_environment
+
+    from flow_sdk.providers.aws._launch import GangLauncher
+
+    fake_aws_environment(monkeypatch, tmp)
+    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"),
+                           timeout=10).read()
+    PLACEMENT_GROUPS.clear()
+    monkeypatch.setattr(GangLauncher, "retry_base_s", 0.0)
+    world = AwsWorld(url=moto_url, tmp=tmp, amis=publish_dlami(moto_url))
+    world.client("s3").create_bucket(Bucket=BUCKET)
+    return world

@@ -14,8 +14,8 @@ from flow_sdk.errors import FlowError, ProviderError
 from flow_sdk.protocol import Outcome
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws import AwsProvider
-from flow_sdk.providers.aws._simulate import simulated_address
 from flow_sdk.providers.aws._resources import key_path, tags
+from flow_sdk.providers.aws._simulate import simulated_address
 
 
 def end(provider: AwsProvider, task_id: str) -> None:

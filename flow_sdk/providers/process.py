@@ -1,5 +1,6 @@
-"""Process bookkeeping for nodes that run as local processes (Linux /proc first): the local
-provider, the simulated cloud, and the node agent's workers."""
+"""Process bookkeeping for nodes that run as processes on this machine (Linux /proc first):
+the local provider's nodes, the aws node runtime of the tests, and the node agent's
+workers."""
 
 from __future__ import annotations
 

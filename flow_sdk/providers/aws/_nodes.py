@@ -21,12 +21,12 @@ from flow_sdk.protocol import TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._clients import Clients
 from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.aws._iam import ensure_instance_profile
 from flow_sdk.providers.aws._launch import GangLauncher
 from flow_sdk.providers.aws._resources import (
     TAG_ATTEMPT,
     TAG_PRICE,
     TAG_TASK,
-    ensure_instance_profile,
     tag_value,
 )
 from flow_sdk.providers.aws._runtime import NodeRuntime

@@ -14,7 +14,7 @@ from aws_moto_world import AwsWorld, Ec2Faults, launch_ids, node_config_of, spec
 from flow_sdk import protocol
 from flow_sdk.errors import CapacityError, ProviderError
 from flow_sdk.protocol import BootConfig, Outcome
-from flow_sdk.providers.aws._resources import NODE_POLICY_NAME, node_policy
+from flow_sdk.providers.aws._iam import NODE_POLICY_NAME, node_policy
 from flow_sdk.providers.aws._userdata import USER_DATA_LIMIT
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.aws import _efs as flow_efs

@@ -19,7 +19,7 @@ from flow_sdk.protocol import BootConfig
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._config import check_ssh_cidr
 from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, TOKEN_HEADER, TTL_HEADER
-from flow_sdk.providers.aws._resources import NODE_POLICY_NAME, node_policy
+from flow_sdk.providers.aws._iam import NODE_POLICY_NAME, node_policy
 from fake_imds import FakeImds
 from flow_sdk.providers.base import LaunchRequest
 

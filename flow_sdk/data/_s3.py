@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from flow_sdk.aws_clients import default_region
 from flow_sdk.data._errors import DataSourceError, MissingDependencyError
 from flow_sdk.s3uri import S3UriError, split_s3_uri
 
@@ -73,7 +74,9 @@ def make_s3_client(endpoint_url: str | None = None, *, region_name: str | None =
         s3=s3_options,
     )
     session = boto3.session.Session()
-    return session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+    return session.client(
+        "s3", endpoint_url=endpoint_url, region_name=default_region(region_name), config=config
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ instance profile (real AWS) or from their process environment (the simulated clo
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_sdk._version import __version__
+from flow_sdk.aws_clients import REGION_RE, default_region
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
 from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
@@ -31,7 +31,6 @@ DEFAULT_SSH_USER = "ubuntu"  # the Deep Learning AMI (Ubuntu) login user
 # The broadest SSH source a task's security group may admit ("the caller", never the internet).
 MIN_SSH_PREFIX = {4: 16, 6: 48}
 
-_REGION_RE = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d+$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SECRET_WORDS = ("secret", "password", "credential", "access_key", "session_token", "token")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -107,8 +106,7 @@ class AwsConfig:
         if unknown:
             raise ProviderError(f"provider_config has unknown key(s) {unknown} for the aws "
                                 f"provider; known keys: {', '.join(sorted(known))}")
-        region = config.get("region") or os.environ.get("AWS_REGION") \
-            or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        region = default_region(config.get("region"))
         _check_region(region, "region")
         regions = tuple(config.get("regions") or ())
         if isinstance(config.get("regions"), str):
@@ -197,7 +195,7 @@ class AwsConfig:
 
 
 def _check_region(name: Any, key: str) -> None:
-    if not isinstance(name, str) or not _REGION_RE.match(name):
+    if not isinstance(name, str) or not REGION_RE.match(name):
         raise ProviderError(f"provider_config.{key}: {name!r} is not an AWS region name such "
                             "as 'us-east-1'")
 

@@ -15,8 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "providers" / "aws"))
 
-from aws_moto_world import fresh_world, moto_gaps, moto_server  # noqa: E402
+from aws_moto_world import fresh_world, moto_gaps  # noqa: E402
 from contract_helpers import Contract  # noqa: E402
+from flow_testing import moto_server  # noqa: E402
 
 from flow_sdk.providers.aws._simulate import SimulatedNodes  # noqa: E402
 

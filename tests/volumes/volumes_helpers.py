@@ -20,8 +20,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from flow_testing import fake_aws_environment, processes_with_env, wait_until
-from moto.server import ThreadedMotoServer
+from flow_testing import fake_aws_environment, moto_server, processes_with_env, wait_until
 
 
 MIB = 1024 * 1024
@@ -56,13 +55,8 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def moto_s3_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server() as url:
+        yield url
 
 
 def s3_client_for(url: str) -> Any:

@@ -14,7 +14,6 @@ import base64
 import copy
 import datetime
 import json
-import logging
 import socket
 import time
 import urllib.request
@@ -30,7 +29,6 @@ import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
-from moto.server import ThreadedMotoServer
 from werkzeug.exceptions import HTTPException
 
 from flow_sdk import protocol
@@ -420,32 +418,27 @@ def node_config_of(provider: AwsProvider, instance_id: str, region: str) -> dict
 # -- the pieces of a moto world, shared by the aws provider and provider contract tests --------
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """A moto server over HTTP on 127.0.0.1 (a free port); yields its URL."""
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+_gaps_users = [0]  # how many moto_gaps() are open: the first applies them, the last removes
 
 
 @contextmanager
 def moto_gaps() -> Iterator[None]:
-    """Placement groups, and instance profiles on every instance of a launch."""
-    for name, fn in PLACEMENT_GROUP_ACTIONS.items():
-        setattr(EC2Response, name, fn)
+    """Placement groups, and instance profiles on every instance of a launch (applied once
+    however many test directories of one run ask for them)."""
+    _gaps_users[0] += 1
     original = EC2Response.run_instances
-    setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
+    if _gaps_users[0] == 1:
+        for name, fn in PLACEMENT_GROUP_ACTIONS.items():
+            setattr(EC2Response, name, fn)
+        setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
     try:
         yield
     finally:
-        setattr(EC2Response, "run_instances", original)  # noqa: B010
-        for name in PLACEMENT_GROUP_ACTIONS:
-            delattr(EC2Response, name)
+        _gaps_users[0] -= 1
+        if _gaps_users[0] == 0:
+            setattr(EC2Response, "run_instances", original)  # noqa: B010
+            for name in PLACEMENT_GROUP_ACTIONS:
+                delattr(EC2Response, name)
 
 
 def fresh_world(moto_url: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> AwsWorld:

@@ -20,9 +20,9 @@ from aws_moto_world import (
     fresh_world,
     loopback_only,
     moto_gaps,
-    moto_server,
     wire_recording,
 )
+from flow_testing import moto_server
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
 

@@ -102,6 +102,14 @@ class LogRecord:
     text: str
 
 
+def safe_part(value: str, what: str) -> str:
+    """``value`` when it is safe as part of a store key or stream name (relative, no ``..``,
+    no backslash); else ProviderError naming ``what``."""
+    if not value or value.startswith("/") or ".." in value.split("/") or "\\" in value:
+        raise ProviderError(f"unsafe {what} {value!r}: relative names without '..' only")
+    return value
+
+
 class ObjectStore(abc.ABC):
     """A flat key -> bytes store (a directory locally, S3 on AWS)."""
 

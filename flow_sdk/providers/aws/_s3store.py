@@ -18,8 +18,7 @@ from botocore.exceptions import ClientError
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message, http_status
-from flow_sdk.providers.base import ObjectStore
-from flow_sdk.providers.files import _safe_part
+from flow_sdk.providers.base import ObjectStore, safe_part
 
 _MISSING = ("NoSuchKey", "404", "NotFound")
 _DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
@@ -46,7 +45,7 @@ class S3ObjectStore(ObjectStore):
     # -- plumbing ---------------------------------------------------------------------------
 
     def _key(self, key: str) -> str:
-        return self.prefix + _safe_part(key, "object key")
+        return self.prefix + safe_part(key, "object key")
 
     def _bucket(self) -> str:
         name = self._bucket_name()

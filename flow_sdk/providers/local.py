@@ -413,25 +413,6 @@ class LocalProvider(Provider):
             self.terminate(task_id)
         return report
 
-    def agent_pid(self, task_id: str, instance_id: str) -> int:
-        return int(self._record(task_id, instance_id)["pid"])
-
-    def worker_pids(self, task_id: str, instance_id: str) -> list[int]:
-        """PIDs of the node's worker processes, once its agent started them."""
-        return _worker_pgids(Path(self._record(task_id, instance_id)["workdir"]))
-
-    def keeper_pid(self, task_id: str, instance_id: str) -> int:
-        """PID of the node's keeper (boot-output stream and sshd)."""
-        return int(self._record(task_id, instance_id)["keeper_pid"])
-
-    def node_ssh_dir(self, task_id: str, instance_id: str) -> Path:
-        """The node's sshd files: host key, ``sshd_config``, ``authorized_keys``, ``sshd.pid``."""
-        return self._ssh_dir(task_id, instance_id)
-
-    def node_workdir(self, task_id: str, instance_id: str) -> Path:
-        """The node's working directory (where its workers and SSH sessions start)."""
-        return Path(self._record(task_id, instance_id)["workdir"])
-
     def _record(self, task_id: str, instance_id: str) -> dict[str, Any]:
         path = self._records_dir(task_id) / f"{instance_id}.json"
         if not path.exists():

@@ -295,7 +295,7 @@ def tagged_resources(ec2: Any, task_id: str | None, *, placement_groups: bool
 
 
 def release_nfs_rules(ec2: Any, group_id: str) -> None:
-    """Revoke the rules of flow's EFS mount-target groups (``flow_sdk.volumes.efs``) that admit
+    """Revoke the rules of flow's EFS mount-target groups (``_efs``) that admit
     NFS from the task's group ``group_id``: a referenced group cannot be deleted. Only that
     one rule goes; other tasks' rules, and every group flow did not name, are left alone."""
     groups = ec2.describe_security_groups(

@@ -36,7 +36,7 @@ class BootstrapInputs:
     interconnect: str  # "ethernet" or "efa"
     mount_paths: tuple[str, ...]  # task volume / mount paths passed into the container
     max_run_time_hours: float | None
-    volume_mounts: str = ""  # bash lines from flow_sdk.volumes.efs/ebs mount_script
+    volume_mounts: str = ""  # bash lines from _efs/_ebs mount_script
 
 
 def template() -> str:

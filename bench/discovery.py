@@ -20,6 +20,8 @@ agree on the membership. ``--sample 0`` runs every node.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import statistics
 import sys
@@ -48,7 +50,7 @@ from moto import mock_aws  # noqa: E402
 
 from flow_sdk import protocol  # noqa: E402
 from flow_sdk.protocol import BootConfig, NodeRecord, TaskRecord  # noqa: E402
-from flow_sdk.providers.aws import AwsProvider  # noqa: E402
+from flow_sdk.providers.aws import AwsProvider, _userdata  # noqa: E402
 from flow_sdk.providers.base import LaunchRequest  # noqa: E402
 from flow_sdk.rendezvous import discover  # noqa: E402
 from flow_sdk.spec import build_task_spec  # noqa: E402
@@ -121,7 +123,10 @@ def run_size(n: int, sample: int) -> SizeResult:
         launched = client.launch(LaunchRequest(task_id, spec, boot))
         launch_seconds = time.perf_counter() - start
         ids = [i.instance_id for i in launched]
-        node_config = client.node_config_of(ids[0], REGION)  # what the user-data carries
+        recorded = client.clients.get("ec2", REGION).describe_instance_attribute(
+            InstanceId=ids[0], Attribute="userData")  # what the user-data carries
+        node_config = json.loads(_userdata.boot_json_from_user_data(base64.b64decode(
+            recorded["UserData"]["Value"]).decode()))["provider_config"]
         count = n if sample <= 0 else min(sample, n)
         picks = sorted({round(k * (n - 1) / max(count - 1, 1)) for k in range(count)})
         runs = [run_node(node_config, task_id, ids[rank], n) for rank in picks]

@@ -46,7 +46,7 @@ from flow_sdk.volumes import (
     save_checkpoint,
 )
 
-__version__ = "0.1.0"
+from flow_sdk._version import __version__
 
 __all__ = [
     "CapacityError", "FlowApp", "FlowError", "GpuSpec", "PayloadError", "ProviderError",

@@ -81,7 +81,7 @@ def path(mount_path: PathT, *, write: bool = False) -> PathT:
         if text == mount or text.startswith(mount + "/"):
             entry = table[mount]
             if write and entry.get("read_only"):
-                from flow_sdk.volumes.errors import ReadOnlyMountError
+                from flow_sdk.errors import ReadOnlyMountError
                 raise ReadOnlyMountError(mount, str(entry.get("source", "S3")), text)
             real = str(entry["path"]) + text[len(mount):]
             return Path(real) if isinstance(mount_path, Path) else real

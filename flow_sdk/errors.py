@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 
@@ -162,3 +163,28 @@ class SignatureError(PayloadError):
 
 class TaskSecretError(FlowError):
     """The task's secret is missing or malformed, so nothing of the task can be trusted."""
+
+
+class VolumeError(FlowError):
+    """A volume or mount could not be created, found, attached, mounted or deleted."""
+
+
+class VolumeInUseError(VolumeError):
+    """The volume is used by a running task (or, for a block volume, attached elsewhere)."""
+
+
+class ReadOnlyMountError(VolumeError, OSError):
+    """A write to a read-only S3 mount. ``errno`` is ``EROFS``, like the kernel's own error."""
+
+    def __init__(self, mount_path: str, source: str, path: str) -> None:
+        message = (f"{mount_path} is a read-only mount of {source}; S3 mounts cannot be "
+                   "written: write to a volume (volumes={...}) instead")
+        OSError.__init__(self, errno.EROFS, message, path)
+        self.mount_path = mount_path
+        self.source = source
+
+    def __reduce__(self) -> tuple[type[ReadOnlyMountError], tuple[str, str, str]]:
+        return (type(self), (self.mount_path, self.source, str(self.filename)))
+
+    def __str__(self) -> str:
+        return f"[Errno {errno.EROFS}] {self.strerror}: {self.filename!r}"

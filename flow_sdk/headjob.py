@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from flow_sdk import current, payload
 from flow_sdk.errors import FlowError
+from flow_sdk.providers.process import free_port
 
 if TYPE_CHECKING:
     from flow_sdk.spec import TaskSpec
@@ -234,7 +235,7 @@ class HeadPool:
             raise HeadJobError(f"a call must include the head (rank 0) first, got {list(ranks)}")
         with self._lock:
             self._wait_for(ranks[1:], timeout_s)
-            port = _free_port(self.address)
+            port = free_port(self.address)
             for index, rank in enumerate(ranks[1:], start=1):
                 env = layout_env(ranks, self.workers_per_node, index, port)
                 self._links[rank].send(_Call(fn, args, env))
@@ -261,12 +262,6 @@ class HeadPool:
                 continue  # that worker is gone already; the agent reports why
             finally:
                 link.sock.close()
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 _active: HeadPool | None = None

@@ -61,10 +61,9 @@ def python_version() -> str:
 
 
 def package_dir() -> Path:
-    """The directory of the installed ``flow_sdk`` package this process runs."""
-    import flow_sdk
-
-    return Path(flow_sdk.__file__).resolve().parent
+    """The directory of the installed ``flow_sdk`` package this process runs (this module's
+    own package)."""
+    return Path(__file__).resolve().parent
 
 
 def package_files(root: Path) -> list[tuple[str, bytes]]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from flow_sdk.catalog import GPU_MODELS, find_gpu_model
 from flow_sdk.errors import FieldProblem, ValidationError
+from flow_sdk.s3uri import BUCKET_RE, S3UriError, split_s3_uri
 
 MAX_GPUS_PER_NODE = 16
 MAX_INSTANCES = 4096
@@ -34,7 +35,6 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _VOLUME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 MAX_BLOCK_VOLUME_GB = 16384  # EBS gp3
-_S3_URI_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
 
 # Mounting over these (or under the first group) would break the node's operating system.
 _SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32",
@@ -165,7 +165,11 @@ def check_mount_path(path: str) -> str:
 
 
 def check_s3_uri(uri: str) -> str:
-    if not isinstance(uri, str) or _S3_URI_RE.match(uri) is None:
+    try:
+        bucket, _ = split_s3_uri(uri)
+    except S3UriError:
+        bucket = ""
+    if not BUCKET_RE.match(bucket):
         raise ValueError(f"mount source {uri!r} must be an S3 URI such as 's3://bucket/prefix'")
     if ".." in uri.split("/"):
         raise ValueError(f"mount source {uri!r} must not contain '..'")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from flow_sdk import protocol
 from flow_sdk.providers._sshd import pids_with_env
+from flow_sdk.providers.local import LocalProvider
 
 
 def processes_with_env(key: str, value: str) -> list[int]:
@@ -70,3 +77,48 @@ def run_on_terminal(argv: list[str], timeout: float = 120,
         os.close(fd)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto server over HTTP on 127.0.0.1 (a free port); yields its URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+# -- the local provider's nodes, as its records on disk describe them -------------------------
+
+
+def local_node(provider: LocalProvider, task_id: str, instance_id: str) -> dict[str, Any]:
+    """The record the local provider wrote when it started the node (pids, workdir, ssh)."""
+    path = provider.root / "instances" / task_id / f"{instance_id}.json"
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
+
+
+def agent_pid(provider: LocalProvider, task_id: str, instance_id: str) -> int:
+    return int(local_node(provider, task_id, instance_id)["pid"])
+
+
+def node_workdir(provider: LocalProvider, task_id: str, instance_id: str) -> Path:
+    """The node's working directory (where its workers and SSH sessions start)."""
+    return Path(local_node(provider, task_id, instance_id)["workdir"])
+
+
+def worker_pids(provider: LocalProvider, task_id: str, instance_id: str) -> list[int]:
+    """PIDs of the node's worker processes, once its agent started them."""
+    pids = node_workdir(provider, task_id, instance_id) / protocol.WORKER_PGIDS_FILE
+    return [int(p) for p in pids.read_text().split()] if pids.exists() else []
+
+
+def node_ssh_dir(provider: LocalProvider, task_id: str, instance_id: str) -> Path:
+    """The node's sshd files: host key, ``sshd_config``, ``authorized_keys``, ``sshd.pid``."""
+    return provider.root / "ssh" / task_id / instance_id

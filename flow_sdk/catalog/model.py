@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Literal, Protocol
 
+from flow_sdk.aws_clients import REGION_RE  # the one AWS region pattern
 from flow_sdk.errors import FlowError
 
 Market = Literal["on-demand", "spot"]
 MARKETS: tuple[Market, ...] = ("on-demand", "spot")
-# An AWS region name such as "us-east-1" or "us-gov-west-1": the one region pattern.
-REGION_RE = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d+$")
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,23 +31,14 @@ def plan(provider: str, provider_config: str | None, as_json: bool, **spec: Any)
     problems = chosen_backend.check(task_spec)
     if problems:
         raise ValidationError(problems)
-    if provider == "local":
-        data = {"provider": "local", "nodes": task_spec.num_instances,
-                "workers_per_node": task_spec.slots_per_node,
-                "processes": task_spec.num_instances * task_spec.slots_per_node,
-                "usd_per_hour": 0.0}
-        if as_json:
-            emit_json(data)
-        else:
-            click.echo(f"local: {task_spec.num_instances} processes on this machine (one "
-                       f"agent per node), {task_spec.slots_per_node} worker(s) each; costs "
-                       "nothing")
-        return
     chosen = chosen_backend.plan(task_spec)
-    data = {**dataclasses.asdict(chosen), "cost_per_hour": chosen.cost_per_hour,
-            "cost_at_cap": chosen.cost_at_cap}
+    data = {**dataclasses.asdict(chosen), "processes": chosen.processes,
+            "cost_per_hour": chosen.cost_per_hour, "cost_at_cap": chosen.cost_at_cap}
     if as_json:
         emit_json(data)
+        return
+    if chosen.summary:
+        click.echo(chosen.summary)
         return
     cap = (f"${chosen.cost_at_cap:,.2f} at the {chosen.max_run_time_hours:g} h cap"
            if chosen.cost_at_cap is not None else "no runtime cap set")
@@ -95,11 +86,7 @@ def gc(providers: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     for name, config in _gc_targets(providers):
         try:
             backend = get_provider(name, config)
-            collect = getattr(backend, "gc", None)
-            if collect is None:
-                raise FlowError(f"the {name} provider has no garbage collector; stop its "
-                                "leftovers with `flow cancel TASK`")
-            report = collect(dry_run=dry_run)
+            report = backend.gc(dry_run=dry_run)
         except FlowError as exc:
             failed = True
             reports.append({"provider": name, "error": str(exc)})
@@ -109,13 +96,13 @@ def gc(providers: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
         reports.append({"provider": name, **dataclasses.asdict(report)})
         if not as_json:
             click.echo(str(report))
-    if not dry_run and "local" in [name for name, _ in _gc_targets(providers)]:
-        from flow_sdk.volumes import gc_mount_caches
+        if not dry_run and backend.volumes.shared_mount_caches() is not None:
+            from flow_sdk.volumes import gc_mount_caches
 
-        removed = gc_mount_caches(get_provider("local"))
-        reports.append({"provider": "local", "mount_caches_removed": removed})
-        if not as_json:
-            click.echo(f"local: removed {removed} S3 mount cache(s) of ended tasks")
+            removed = gc_mount_caches(backend)
+            reports.append({"provider": name, "mount_caches_removed": removed})
+            if not as_json:
+                click.echo(f"{name}: removed {removed} S3 mount cache(s) of ended tasks")
     if as_json:
         emit_json(reports)
     sys.exit(EXIT_FAILED if failed else EXIT_OK)

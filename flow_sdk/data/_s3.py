@@ -23,11 +23,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
 
+from flow_sdk.aws_clients import default_region
 from flow_sdk.data._errors import DataSourceError, MissingDependencyError
+from flow_sdk.s3uri import S3UriError, split_s3_uri
 
 DEFAULT_READ_AHEAD = 8
 DEFAULT_READ_AHEAD_BYTES = 256 << 20
@@ -49,10 +50,10 @@ def _import_boto3() -> tuple[ModuleType, ModuleType]:
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
     """Split ``s3://bucket/prefix`` into ``(bucket, prefix)``."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise DataSourceError(f"not an S3 URI: {uri!r}; expected s3://bucket/prefix")
-    return parsed.netloc, parsed.path.lstrip("/")
+    try:
+        return split_s3_uri(uri)
+    except S3UriError as exc:
+        raise DataSourceError(str(exc)) from None
 
 
 def make_s3_client(endpoint_url: str | None = None, *, region_name: str | None = None) -> Any:
@@ -73,7 +74,9 @@ def make_s3_client(endpoint_url: str | None = None, *, region_name: str | None =
         s3=s3_options,
     )
     session = boto3.session.Session()
-    return session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+    return session.client(
+        "s3", endpoint_url=endpoint_url, region_name=default_region(region_name), config=config
+    )
 
 
 @dataclass(frozen=True)

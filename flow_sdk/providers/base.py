@@ -1,20 +1,23 @@
 """The one interface every provider implements.
 
 Like SkyPilot's ``sky/provision``: each cloud implements the same small set of calls and the
-caller never branches on the cloud. A provider launches and terminates a task's nodes, lists
-them for the rendezvous, and offers an object store and a log store. It must be rebuildable
-from a JSON-safe ``config()`` so that node agents and ``Task.from_id`` can reach it too.
+caller never branches on the cloud. A provider plans and launches a task's nodes, lists and
+terminates them, reaches them over SSH, offers an object store, a log store and named volumes
+(and says what a node must do to mount them), and reclaims what ended tasks left behind
+(``gc``). It must be rebuildable from a JSON-safe ``config()`` so that node agents and
+``Task.from_id`` can reach it too. ``tests/contract`` is the suite a provider passes.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from flow_sdk.errors import FieldProblem, ProviderError
-from flow_sdk.spec import TaskSpec
+from flow_sdk.errors import FieldProblem, ProviderError, ValidationError, VolumeError
+from flow_sdk.spec import TaskSpec, VolumeSpec
 
 InstanceState = Literal["pending", "running", "terminated"]
 
@@ -66,6 +69,13 @@ class LaunchPlan:
     max_run_time_hours: float | None
     zone: str | None = None
     alternatives: int = 0  # further offers failover would try, in order
+    workers_per_node: int = 1  # worker processes each node starts (one per GPU slot)
+    summary: str = ""  # the plan in one line, for plans that are not a rented offer
+
+    @property
+    def processes(self) -> int:
+        """Worker processes the whole task runs."""
+        return self.nodes * self.workers_per_node
 
     @property
     def cost_per_hour(self) -> float:
@@ -90,6 +100,14 @@ def boot_stream(instance_id: str) -> str:
 class LogRecord:
     ts: float  # seconds since the epoch, taken on the node when the line was read
     text: str
+
+
+def safe_part(value: str, what: str) -> str:
+    """``value`` when it is safe as part of a store key or stream name (relative, no ``..``,
+    no backslash); else ProviderError naming ``what``."""
+    if not value or value.startswith("/") or ".." in value.split("/") or "\\" in value:
+        raise ProviderError(f"unsafe {what} {value!r}: relative names without '..' only")
+    return value
 
 
 class ObjectStore(abc.ABC):
@@ -148,10 +166,124 @@ class LogStore(abc.ABC):
         """Records after ``cursor`` and the cursor to pass next time."""
 
 
+@dataclass(frozen=True)
+class VolumeInfo:
+    """A volume as its provider reports it."""
+
+    name: str
+    interface: str
+    size_gb: int | None
+    provider: str
+    location: str  # local directory, EFS file system id or EBS volume id
+    region: str | None = None
+    created_at: float | None = None
+    in_use_by: tuple[str, ...] = ()  # tasks or instances using it now
+
+
+@dataclass(frozen=True)
+class NodeMount:
+    """One volume or S3 mount of the task, as a node provides it."""
+
+    path: str  # the mount path the task asked for
+    source: Path  # the directory on this node behind it
+    read_only: bool
+    origin: str  # "volume ckpt (file)" or the S3 URI
+    premounted: bool = False  # already mounted at ``path`` (a cloud node's bootstrap)
+
+
+Log = Callable[[str], None]
+
+
+class Volumes(abc.ABC):
+    """Named volumes of one provider: they outlive tasks until ``delete``."""
+
+    @abc.abstractmethod
+    def list(self) -> list[VolumeInfo]:
+        """Every volume, sorted by name (then interface)."""
+
+    @abc.abstractmethod
+    def ensure(self, spec: VolumeSpec, *, zone: str | None = None) -> VolumeInfo:
+        """The volume ``spec.name``, created when missing (idempotent). ``zone`` places a
+        volume that lives in one availability zone; providers without zones ignore it."""
+
+    @abc.abstractmethod
+    def delete(self, name: str, *, force: bool = False) -> bool:
+        """Delete the volume and its data; False when there is none. A volume a running task
+        uses is kept (VolumeInUseError) unless ``force``."""
+
+    @abc.abstractmethod
+    def node_mounts(self, spec: TaskSpec, task_id: str, log: Log) -> list[NodeMount]:
+        """On a node of the task: every volume of ``spec`` as this node provides it (created,
+        attached or found mounted), sorted by path. Raises VolumeError naming the volume."""
+
+    def local_path(self, name: str) -> Path | None:
+        """The volume's data directory on this machine, whether or not it exists yet; None
+        when the provider's volumes live elsewhere."""
+        return None
+
+    def shared_mount_caches(self) -> Path | None:
+        """Where the nodes of a task on this machine share their S3 mount caches (removed by
+        ``gc`` once the task ended); None when each node keeps its own cache."""
+        return None
+
+
+class NoVolumes(Volumes):
+    """The volumes of a provider that has none: every call says so."""
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+
+    def _refuse(self) -> ValidationError:
+        return ValidationError([FieldProblem("provider", f"provider {self.provider!r} has no "
+                                                         "volumes; use 'local' or 'aws'")])
+
+    def list(self) -> list[VolumeInfo]:
+        raise self._refuse()
+
+    def ensure(self, spec: VolumeSpec, *, zone: str | None = None) -> VolumeInfo:
+        raise self._refuse()
+
+    def delete(self, name: str, *, force: bool = False) -> bool:
+        raise self._refuse()
+
+    def node_mounts(self, spec: TaskSpec, task_id: str, log: Log) -> list[NodeMount]:
+        raise VolumeError(f"provider {self.provider!r} has no volumes, so the task's volumes "
+                          f"{sorted(spec.volumes)} cannot be mounted")
+
+
+@dataclass
+class GcReport:
+    """What ``gc`` found and did. With ``dry_run`` the same lists say what it would do."""
+
+    provider: str
+    dry_run: bool
+    terminated_instances: list[str] = field(default_factory=list)
+    stopped_processes: list[int] = field(default_factory=list)  # nodes played by processes
+    deleted: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # still in use: the next gc removes them
+    live_tasks: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # task id -> why it was reclaimed
+
+    def __str__(self) -> str:
+        reclaim, stop = ("would reclaim", "would stop") if self.dry_run else ("reclaimed",
+                                                                              "stopped")
+        lines = [(f"{self.provider}: {reclaim}: {len(self.terminated_instances)} instance(s), "
+                  f"{len(self.deleted)} other resource(s); {stop} "
+                  f"{len(self.stopped_processes)} process(es) of {len(self.reasons)} ended or "
+                  f"orphaned task(s); {len(self.deferred)} deferred; "
+                  f"{len(self.live_tasks)} live task(s) kept")]
+        lines += [f"  task {task}: {why}" for task, why in sorted(self.reasons.items())]
+        lines += [f"  deferred: {item}" for item in self.deferred]
+        return "\n".join(lines)
+
+
 class Provider(abc.ABC):
-    """Launch, discover and terminate nodes; store objects and logs."""
+    """Launch, discover and terminate nodes; store objects and logs; volumes; gc."""
 
     name: ClassVar[str]
+    # Whether nodes see this machine's file system (their processes run here): a relative
+    # path the caller names is then made absolute for them instead of refused.
+    shares_client_filesystem: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod
@@ -187,6 +319,18 @@ class Provider(abc.ABC):
     def terminate(self, task_id: str) -> None:
         """Stop every node of the task and everything running on it. Idempotent."""
 
+    @property
+    def volumes(self) -> Volumes:
+        """The provider's named volumes; providers without any keep this default."""
+        return NoVolumes(self.name)
+
+    def gc(self, *, dry_run: bool = False) -> GcReport:
+        """Reclaim what ended or orphaned tasks left behind (nodes, processes, resources);
+        with ``dry_run`` only report it. Providers whose nodes cannot outlive a task keep
+        this default."""
+        raise ProviderError(f"the {self.name} provider has no garbage collector; stop its "
+                            "leftovers with `flow cancel TASK`")
+
     def add_instances(self, request: LaunchRequest, count: int) -> list[Instance]:
         """Start ``count`` more nodes for a running task (replacements after a node loss,
         when ``max_restarts`` allows). Called from a node agent."""
@@ -207,8 +351,12 @@ class Provider(abc.ABC):
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         """The offer ``launch`` would try first. Providers that rent machines override this;
         the default describes nodes that cost nothing (processes on this machine)."""
+        workers = spec.slots_per_node
         return LaunchPlan(self.name, "local-process", "local", "local", 0.0, spec.num_instances,
-                          spec.max_run_time_hours)
+                          spec.max_run_time_hours, workers_per_node=workers,
+                          summary=f"{self.name}: {spec.num_instances} processes on this machine "
+                                  f"(one agent per node), {workers} worker(s) each; costs "
+                                  "nothing")
 
     def rendezvous_ports(self) -> tuple[int, int]:
         """(agent store port, MASTER_PORT) for a new task. Cloud nodes own their ports. The

@@ -8,14 +8,7 @@ import shutil
 from pathlib import Path
 from typing import IO
 
-from flow_sdk.errors import ProviderError
-from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore
-
-
-def _safe_part(value: str, what: str) -> str:
-    if not value or value.startswith("/") or ".." in value.split("/") or "\\" in value:
-        raise ProviderError(f"unsafe {what} {value!r}: relative names without '..' only")
-    return value
+from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore, safe_part
 
 
 def _private_dirs(folder: Path) -> None:
@@ -37,7 +30,7 @@ class FileObjectStore(ObjectStore):
         self.root = Path(root)
 
     def _path(self, key: str) -> Path:
-        return self.root / _safe_part(key, "object key")
+        return self.root / safe_part(key, "object key")
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
         _private_dirs(path.parent)
@@ -69,7 +62,7 @@ class FileObjectStore(ObjectStore):
             return None
 
     def list(self, prefix: str) -> list[str]:
-        base = self.root / _safe_part(prefix.rstrip("/") or ".", "prefix")
+        base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
         start = base if base.is_dir() else base.parent
         if not start.is_dir():
             return []
@@ -87,7 +80,7 @@ class FileObjectStore(ObjectStore):
         keys = self.list(prefix)
         for key in keys:
             self._path(key).unlink(missing_ok=True)
-        base = self.root / _safe_part(prefix.rstrip("/") or ".", "prefix")
+        base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
         if prefix.endswith("/") and base.is_dir():
             shutil.rmtree(base, ignore_errors=True)
         return len(keys)
@@ -114,13 +107,13 @@ class FileLogStore(LogStore):
         self.root = Path(root)
 
     def _path(self, task_id: str, stream: str) -> Path:
-        return self.root / _safe_part(task_id, "task id") / f"{_safe_part(stream, 'stream')}.log"
+        return self.root / safe_part(task_id, "task id") / f"{safe_part(stream, 'stream')}.log"
 
     def writer(self, task_id: str, stream: str) -> LogWriter:
         return _FileLogWriter(self._path(task_id, stream))
 
     def streams(self, task_id: str) -> list[str]:
-        folder = self.root / _safe_part(task_id, "task id")
+        folder = self.root / safe_part(task_id, "task id")
         if not folder.is_dir():
             return []
         return sorted(p.name[: -len(".log")] for p in folder.iterdir() if p.name.endswith(".log"))

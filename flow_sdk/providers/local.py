@@ -21,22 +21,22 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import flow_sdk
 from flow_sdk import protocol, signing
 from flow_sdk._config import flow_home
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.protocol import Outcome, TaskStatus
-from flow_sdk.providers import _local_gpus, _process, _sshd
+from flow_sdk.providers import _local_gpus, _sshd, process
+from flow_sdk.providers._local_volumes import LocalProviderVolumes
 from flow_sdk.providers.base import (
+    GcReport,
     Instance,
     LaunchRequest,
     LogRecord,
@@ -44,6 +44,7 @@ from flow_sdk.providers.base import (
     ObjectStore,
     Provider,
     SshEndpoint,
+    Volumes,
     boot_stream,
 )
 from flow_sdk.providers.files import FileLogStore, FileObjectStore
@@ -60,10 +61,6 @@ def _reap() -> None:
             del _children[pid]
 
 
-def _free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalLogStore(FileLogStore):
@@ -89,26 +86,9 @@ class _TaskSsh:
     user: str
 
 
-@dataclass
-class LocalGcReport:
-    """What ``gc`` found and did on this machine; with ``dry_run`` what it would do."""
-
-    dry_run: bool
-    stopped_processes: list[int] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict)  # task id -> why it was reclaimed
-    live_tasks: list[str] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        verb = "would stop" if self.dry_run else "stopped"
-        lines = [(f"local: {verb} {len(self.stopped_processes)} process(es) of "
-                  f"{len(self.reasons)} ended or orphaned task(s); "
-                  f"{len(self.live_tasks)} live task(s) kept")]
-        lines += [f"  task {task}: {why}" for task, why in sorted(self.reasons.items())]
-        return "\n".join(lines)
-
-
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
+    shares_client_filesystem: ClassVar[bool] = True
 
     def __init__(self, root: Path | None = None, *, ssh: bool = True,
                  sshd: str | None = None) -> None:
@@ -120,6 +100,7 @@ class LocalProvider(Provider):
         self._store = FileObjectStore(self.root / "store")
         self._logs = LocalLogStore(self.root / "logs")
         self._sshd_ok: set[str] = set()  # sshd binaries that accepted a node config here
+        self._volumes = LocalProviderVolumes(self, self.root)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalProvider:
@@ -147,6 +128,10 @@ class LocalProvider(Provider):
     def logs(self) -> LogStore:
         return self._logs
 
+    @property
+    def volumes(self) -> Volumes:
+        return self._volumes
+
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         problems = []
         if spec.gpu is not None:
@@ -158,7 +143,7 @@ class LocalProvider(Provider):
 
     def rendezvous_ports(self) -> tuple[int, int]:
         # Every local node shares this machine's port space: take free ports per task.
-        return _free_port(), _free_port()
+        return process.free_port(), process.free_port()
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -243,7 +228,7 @@ class LocalProvider(Provider):
                      rollback_all: bool) -> list[Instance]:
         """Start one agent (and its keeper) per index; address and GPU slice follow the index."""
         block = (self._records_dir(request.task_id) / "address-block").read_text()
-        package_root = str(Path(flow_sdk.__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])
         instance_ids = [f"i-{secrets.token_hex(8)}0" for _ in indexes]
         started: list[Instance] = []
         try:
@@ -274,7 +259,7 @@ class LocalProvider(Provider):
             folder = self._ssh_dir(task_id, instance_id)
             folder.mkdir(parents=True)
             os.chmod(folder, 0o700)
-            nodes.append(_sshd.NodeSsh(folder, address, _free_port(address), settings.user))
+            nodes.append(_sshd.NodeSsh(folder, address, process.free_port(address), settings.user))
         host_keys = _sshd.generate_keys(settings.keygen, [n.host_key for n in nodes],
                                         f"flow-node-{task_id}")
         return [(node, settings, key) for node, key in zip(nodes, host_keys)]
@@ -327,7 +312,7 @@ class LocalProvider(Provider):
                  "--", *sshd_argv], cwd=workdir, env=env, stdin=read_end,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             _children[keeper.pid] = keeper
-            record.update(keeper_pid=keeper.pid, keeper_ticks=_process.start_ticks(keeper.pid))
+            record.update(keeper_pid=keeper.pid, keeper_ticks=process.start_ticks(keeper.pid))
             proc = subprocess.Popen(
                 [sys.executable, "-m", "flow_sdk.agent"], cwd=workdir, env=env,
                 stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
@@ -337,7 +322,7 @@ class LocalProvider(Provider):
             os.close(write_end)
         _children[proc.pid] = proc
         launched_at = time.time()
-        record.update(pid=proc.pid, ticks=_process.start_ticks(proc.pid), launched_at=launched_at)
+        record.update(pid=proc.pid, ticks=process.start_ticks(proc.pid), launched_at=launched_at)
         (self._records_dir(task_id) / f"{instance_id}.json").write_text(json.dumps(record))
         return Instance(instance_id, task_id, address, "running", launched_at,
                         ssh=_endpoint(record))
@@ -354,7 +339,7 @@ class LocalProvider(Provider):
         _reap()
         instances = []
         for rec in self._records(task_id):
-            alive = not rec["terminated"] and (_process.is_alive(rec["pid"], rec["ticks"])
+            alive = not rec["terminated"] and (process.is_alive(rec["pid"], rec["ticks"])
                                                or _keeper_alive(rec))
             instances.append(Instance(rec["instance_id"], task_id, rec["address"],
                                       "running" if alive else "terminated", rec["launched_at"],
@@ -363,7 +348,7 @@ class LocalProvider(Provider):
 
     def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
         rec = self._record(task_id, instance_id)
-        if rec["terminated"] or not _process.is_alive(rec["pid"], rec["ticks"]):
+        if rec["terminated"] or not process.is_alive(rec["pid"], rec["ticks"]):
             raise ProviderError(f"node {instance_id} of task {task_id} has stopped, and its SSH "
                                 "server with it; its logs remain (task.logs(), `flow logs`)")
         endpoint = _endpoint(rec)
@@ -386,17 +371,17 @@ class LocalProvider(Provider):
         sshd, then stop whatever still carries the nodes' instance ids (SSH sessions,
         processes workers left behind) and remove the nodes' directories."""
         for rec in records:
-            if _process.is_alive(rec["pid"], rec["ticks"]):
-                _process.kill_group(rec["pid"], reap=_reap)
+            if process.is_alive(rec["pid"], rec["ticks"]):
+                process.kill_group(rec["pid"], reap=_reap)
             for pgid in _worker_pgids(Path(rec["workdir"])):
-                _process.kill_group(pgid, reap=_reap)
+                process.kill_group(pgid, reap=_reap)
         deadline = time.monotonic() + KEEPER_EXIT_WAIT_S
         for rec in records:
             while _keeper_alive(rec) and time.monotonic() < deadline:
                 _reap()
                 time.sleep(0.02)
             if _keeper_alive(rec):
-                _process.kill_group(rec["keeper_pid"], reap=_reap)
+                process.kill_group(rec["keeper_pid"], reap=_reap)
         _sshd.stop_node_processes([rec["instance_id"] for rec in records])
         for rec in records:
             rec["terminated"] = True
@@ -410,22 +395,22 @@ class LocalProvider(Provider):
         sessions and what they started (Linux; agents and keepers elsewhere)."""
         records = self._records(task_id)
         pids = set(_sshd.pids_with_env(_sshd.INSTANCE_ENV, [r["instance_id"] for r in records]))
-        pids.update(r["pid"] for r in records if _process.is_alive(r["pid"], r["ticks"]))
+        pids.update(r["pid"] for r in records if process.is_alive(r["pid"], r["ticks"]))
         pids.update(r["keeper_pid"] for r in records if _keeper_alive(r))
         return sorted(pids)
 
     def live_pids(self, task_id: str) -> list[int]:
         """Agent pids of the task that are still running (for tests and ``flow gc``)."""
         return [rec["pid"] for rec in self._records(task_id)
-                if _process.is_alive(rec["pid"], rec["ticks"])]
+                if process.is_alive(rec["pid"], rec["ticks"])]
 
     # -- gc ---------------------------------------------------------------------------------
 
-    def gc(self, *, dry_run: bool = False) -> LocalGcReport:
+    def gc(self, *, dry_run: bool = False) -> GcReport:
         """Stop what is left of tasks that ended (an outcome is written, or every agent
         exited) or that no client on this machine knows any more (their client record is
         gone: such a task is recorded CANCELLED). Live tasks are kept."""
-        report = LocalGcReport(dry_run)
+        report = GcReport(self.name, dry_run)
         folder = self.root / "instances"
         tasks = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
         clients = flow_home(create=False) / "tasks"  # where the client keeps its task records
@@ -435,7 +420,7 @@ class LocalProvider(Provider):
                     not self.node_pids(task_id):
                 continue
             outcome = self._store.get(protocol.outcome_key(task_id))
-            agents_alive = any(_process.is_alive(r["pid"], r["ticks"]) for r in records)
+            agents_alive = any(process.is_alive(r["pid"], r["ticks"]) for r in records)
             if outcome is not None:
                 why = f"task ended {Outcome.from_json(outcome).status}"
             elif not (clients / f"{task_id}.json").exists():
@@ -458,25 +443,6 @@ class LocalProvider(Provider):
             self.terminate(task_id)
         return report
 
-    def agent_pid(self, task_id: str, instance_id: str) -> int:
-        return int(self._record(task_id, instance_id)["pid"])
-
-    def worker_pids(self, task_id: str, instance_id: str) -> list[int]:
-        """PIDs of the node's worker processes, once its agent started them."""
-        return _worker_pgids(Path(self._record(task_id, instance_id)["workdir"]))
-
-    def keeper_pid(self, task_id: str, instance_id: str) -> int:
-        """PID of the node's keeper (boot-output stream and sshd)."""
-        return int(self._record(task_id, instance_id)["keeper_pid"])
-
-    def node_ssh_dir(self, task_id: str, instance_id: str) -> Path:
-        """The node's sshd files: host key, ``sshd_config``, ``authorized_keys``, ``sshd.pid``."""
-        return self._ssh_dir(task_id, instance_id)
-
-    def node_workdir(self, task_id: str, instance_id: str) -> Path:
-        """The node's working directory (where its workers and SSH sessions start)."""
-        return Path(self._record(task_id, instance_id)["workdir"])
-
     def _record(self, task_id: str, instance_id: str) -> dict[str, Any]:
         path = self._records_dir(task_id) / f"{instance_id}.json"
         if not path.exists():
@@ -491,7 +457,7 @@ def _endpoint(record: Mapping[str, Any]) -> SshEndpoint | None:
 
 
 def _keeper_alive(record: Mapping[str, Any]) -> bool:
-    return "keeper_pid" in record and _process.is_alive(record["keeper_pid"],
+    return "keeper_pid" in record and process.is_alive(record["keeper_pid"],
                                                         record["keeper_ticks"])
 
 

@@ -130,16 +130,17 @@ def as_sharded(data: object, field: str) -> ShardedDataConnector:
                          f"or pandas DataFrame), got {type(data).__name__}")
 
 
-def node_path(path: str | os.PathLike[str], provider: str, field: str) -> str:
-    """An absolute path for the nodes: a relative path is made absolute for the local
-    provider (whose nodes share this machine but not its working directory) and refused
-    for others."""
+def node_path(path: str | os.PathLike[str], shares_client_filesystem: bool, field: str
+              ) -> str:
+    """An absolute path for the nodes: a relative path is made absolute when the nodes share
+    this machine's file system (but not its working directory: the provider says so) and
+    refused otherwise."""
     text = os.fspath(path)
     if not text:
         raise problem(field, "must be a directory path, got an empty string")
     if os.path.isabs(text):
         return os.path.normpath(text)
-    if provider == "local":
+    if shares_client_filesystem:
         return os.path.abspath(text)
     raise problem(field, f"must be an absolute path on the nodes (e.g. a file volume's "
                          f"mount path), got {text!r}")

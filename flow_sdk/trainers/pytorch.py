@@ -348,13 +348,16 @@ class PyTorchDistributor:
             remote = self._remote.with_options(volumes=volumes)
             root = ARTIFACT_MOUNT
         else:
-            root = node_path(artifact_location, self.provider, "artifact_location")
+            root = node_path(artifact_location, self._app.provider().shares_client_filesystem,
+                             "artifact_location")
         job = _RunJob(self.train_func, datasets, dict(hyper_params or {}), root)
         task = remote.spawn(job)
         results = wait_for_results(task, self.timeout_s)
         model_dir = posixpath.join(root, "model", task.task_id)
-        if volume is not None and self.provider == "local":
-            model_dir = os.fspath(volume.local_path / "model" / task.task_id)
+        volumes = self._app.provider().volumes
+        local = volumes.local_path(volume.name) if volume is not None else None
+        if local is not None:
+            model_dir = os.fspath(local / "model" / task.task_id)
         return PyTorchRunResponse(task.task_id, model_dir, results, task)
 
     def _run_in_job(self, pool: headjob.HeadPool, datasets: dict[str, ShardedDataConnector],

@@ -10,10 +10,13 @@
 Volumes (named, persistent until ``flow volumes delete``):
 
 * ``interface="file"``: shared by every node. ``local``: a directory under the flow data dir
-  (``$FLOW_HOME/local/volumes/<name>/data``). ``aws``: an EFS file system (``efs``), mounted
-  over NFS by the node's bootstrap before the agent starts.
+  (``$FLOW_HOME/local/volumes/<name>/data``). ``aws``: an EFS file system, mounted over NFS
+  by the node's bootstrap before the agent starts.
 * ``interface="block"``: one node only (``num_instances > 1`` is rejected when the function
-  is declared). ``local``: a directory, held by one node at a time. ``aws``: EBS (``ebs``).
+  is declared). ``local``: a directory, held by one node at a time. ``aws``: an EBS volume.
+
+The storage itself comes from the provider (``Provider.volumes``); this package is the same
+for every provider.
 
 S3 mounts (read-only): each node materializes the prefix once into a task-scoped cache (one
 listing, objects streamed to disk in chunks, nothing downloaded twice for the task; local

@@ -7,49 +7,27 @@
     Volume.list(); ckpt.create(); ckpt.exists(); ckpt.delete()
     list_volumes(); create_volume("ckpt", 500); delete_volume("ckpt")   # what the CLI calls
 
-``local`` volumes are directories under the flow data dir (``flow_sdk.volumes.local``); on
-``aws`` a file volume is an EFS file system and a block volume an EBS volume (found by their
-``flow:volume`` tag, in ``region`` or the provider config's region). Names, sizes and
-interfaces are validated like ``@app.function``'s; bad input raises ``ValidationError`` and
-creates nothing.
+Every call goes to the provider's ``Provider.volumes`` (``local``: directories under the flow
+data dir; ``aws``: EFS file systems and EBS volumes in ``region`` or the provider config's
+region). Names, sizes and interfaces are validated like ``@app.function``'s; bad input raises
+``ValidationError`` and creates nothing.
 """
 
 from __future__ import annotations
 
 import builtins
-import json
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pydantic
 
-from flow_sdk import protocol
-from flow_sdk.errors import FieldProblem, ProviderError, ValidationError
+from flow_sdk.errors import FieldProblem, ProviderError, ValidationError, VolumeError
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.base import Provider
+from flow_sdk.providers.base import Provider, VolumeInfo, Volumes
 from flow_sdk.spec import VolumeSpec
-from flow_sdk.volumes.errors import VolumeError, VolumeInUseError
-from flow_sdk.volumes.local import LocalVolumes
-from flow_sdk.volumes.node import LOCAL_PROVIDERS, provider_root
 
 ProviderConfig = Mapping[str, Any] | None
-
-
-@dataclass(frozen=True)
-class VolumeInfo:
-    """A volume as its provider reports it."""
-
-    name: str
-    interface: str
-    size_gb: int | None
-    provider: str
-    location: str  # local directory, EFS file system id or EBS volume id
-    region: str | None = None
-    created_at: float | None = None
-    in_use_by: tuple[str, ...] = ()  # tasks or instances using it now
 
 
 def volume_spec(name: str, size_gb: int = 100, interface: str = "file") -> VolumeSpec:
@@ -65,90 +43,24 @@ def volume_spec(name: str, size_gb: int = 100, interface: str = "file") -> Volum
         raise ValidationError(problems) from None
 
 
-def _provider(provider: str, config: ProviderConfig) -> Provider:
+def _provider(provider: str, config: ProviderConfig, region: str | None = None) -> Provider:
+    settings = dict(config) if config is not None else None
+    if region:
+        settings = {**(settings or {}), "region": region}
     try:
-        return get_provider(provider, dict(config) if config is not None else None)
+        return get_provider(provider, settings)
     except ProviderError as exc:
         raise ValidationError([FieldProblem("provider", str(exc))]) from None
 
 
-# -- local -------------------------------------------------------------------------------
-
-
-def _running_tasks_using(provider: Provider, name: str) -> tuple[str, ...]:
-    """Tasks of this provider with no outcome yet, a live node, and volume ``name``."""
-    users = []
-    for key in provider.store.list("tasks/"):
-        if not key.endswith("/task.json"):
-            continue
-        task_id = key.split("/")[1]
-        if provider.store.exists(protocol.outcome_key(task_id)):
-            continue
-        raw = provider.store.get(key)
-        if raw is None:
-            continue
-        volumes = json.loads(raw).get("spec", {}).get("volumes", {})
-        if any(v.get("name") == name for v in volumes.values()) and any(
-                i.state != "terminated" for i in provider.list_instances(task_id)):
-            users.append(task_id)
-    return tuple(users)
-
-
-def _local_info(provider: Provider, volumes: LocalVolumes, name: str) -> VolumeInfo | None:
-    found = volumes.get(name)
-    if found is None:
-        return None
-    return VolumeInfo(found.name, found.interface, found.size_gb, provider.name,
-                      str(found.data), None, found.created_at,
-                      _running_tasks_using(provider, found.name))
-
-
-# -- aws ---------------------------------------------------------------------------------
-
-
-def _aws_clients(region: str | None, config: ProviderConfig) -> tuple[Any, Any, str]:
-    try:
-        import boto3
-    except ImportError as exc:
-        raise VolumeError("aws volumes need boto3; install flow-sdk[aws]") from exc
-    cfg = dict(config or {})
-    region = (region or cfg.get("region") or os.environ.get("AWS_REGION")
-              or os.environ.get("AWS_DEFAULT_REGION"))
-    if not region:
-        raise ValidationError([FieldProblem("region", "name the AWS region of the volumes "
-                                                      "(region=... or AWS_DEFAULT_REGION)")])
-    session = boto3.session.Session()
-    endpoint = cfg.get("endpoint_url")
-    return (session.client("efs", region_name=region, endpoint_url=endpoint),
-            session.client("ec2", region_name=region, endpoint_url=endpoint), region)
-
-
-def _aws_list(region: str | None, config: ProviderConfig) -> list[VolumeInfo]:
-    from flow_sdk.volumes import ebs, efs
-    efs_client, ec2_client, region = _aws_clients(region, config)
-    infos = [VolumeInfo(f.name, "file", f.size_gb, "aws", f.file_system_id, region)
-             for f in efs.list_file_systems(efs_client)]
-    infos += [VolumeInfo(v.name, "block", v.size_gb, "aws", v.volume_id,
-                         region, in_use_by=(v.attached_to,) if v.attached_to else ())
-              for v in ebs.list_block_volumes(ec2_client)]
-    return sorted(infos, key=lambda i: (i.name, i.interface))
-
-
-# -- the functions the CLI calls ---------------------------------------------------------
+def _volumes(provider: str, config: ProviderConfig, region: str | None) -> Volumes:
+    return _provider(provider, config, region).volumes
 
 
 def list_volumes(provider: str = "local", *, region: str | None = None,
                  provider_config: ProviderConfig = None) -> list[VolumeInfo]:
     """Every volume of ``provider``, sorted by name."""
-    if provider == "aws":
-        return _aws_list(region, provider_config)
-    prov = _provider(provider, provider_config)
-    if prov.name not in LOCAL_PROVIDERS:
-        raise ValidationError([FieldProblem("provider", f"provider {provider!r} has no volumes; "
-                                                        "use 'local' or 'aws'")])
-    volumes = LocalVolumes(provider_root(prov))
-    return [info for v in volumes.list()
-            if (info := _local_info(prov, volumes, v.name)) is not None]
+    return _volumes(provider, provider_config, region).list()
 
 
 def create_volume(name: str, size_gb: int = 100, interface: str = "file", *,
@@ -158,26 +70,7 @@ def create_volume(name: str, size_gb: int = 100, interface: str = "file", *,
 
     On aws a block volume needs ``zone`` (an EBS volume lives in one availability zone)."""
     spec = volume_spec(name, size_gb, interface)
-    if provider == "aws":
-        from flow_sdk.volumes import ebs, efs
-        efs_client, ec2_client, region = _aws_clients(region, provider_config)
-        if spec.interface == "file":
-            fs = efs.ensure_file_system(efs_client, spec)
-            return VolumeInfo(fs.name, "file", fs.size_gb, "aws", fs.file_system_id, region)
-        if not zone:
-            raise ValidationError([FieldProblem("zone", "an EBS (block) volume lives in one "
-                                                        "availability zone: pass zone=...")])
-        vol = ebs.ensure_block_volume(ec2_client, spec, zone)
-        return VolumeInfo(vol.name, "block", vol.size_gb, "aws", vol.volume_id, region)
-    prov = _provider(provider, provider_config)
-    if prov.name not in LOCAL_PROVIDERS:
-        raise ValidationError([FieldProblem("provider", f"provider {provider!r} has no volumes; "
-                                                        "use 'local' or 'aws'")])
-    volumes = LocalVolumes(provider_root(prov))
-    volumes.ensure(spec)
-    info = _local_info(prov, volumes, spec.name)
-    assert info is not None
-    return info
+    return _volumes(provider, provider_config, region).ensure(spec, zone=zone)
 
 
 def delete_volume(name: str, *, provider: str = "local", region: str | None = None,
@@ -185,22 +78,7 @@ def delete_volume(name: str, *, provider: str = "local", region: str | None = No
     """Delete the volume and its data; False when there is none. A volume a running task
     uses is kept (VolumeInUseError) unless ``force``; an attached block volume always is."""
     spec = volume_spec(name)
-    if provider == "aws":
-        from flow_sdk.volumes import ebs, efs
-        efs_client, ec2_client, _ = _aws_clients(region, provider_config)
-        deleted = efs.delete_file_system(efs_client, spec.name)
-        return ebs.delete_block_volume(ec2_client, spec.name) or deleted
-    prov = _provider(provider, provider_config)
-    if prov.name not in LOCAL_PROVIDERS:
-        raise ValidationError([FieldProblem("provider", f"provider {provider!r} has no volumes; "
-                                                        "use 'local' or 'aws'")])
-    volumes = LocalVolumes(provider_root(prov))
-    if not force:
-        users = _running_tasks_using(prov, spec.name)
-        if users:
-            raise VolumeInUseError(f"volume {spec.name!r} is used by running task(s) "
-                                   f"{', '.join(users)}; cancel them or pass force=True")
-    return volumes.delete(spec.name)
+    return _volumes(provider, provider_config, region).delete(spec.name, force=force)
 
 
 # -- Volume objects ----------------------------------------------------------------------
@@ -267,11 +145,11 @@ class Volume:
     def local_path(self) -> Path:
         """A local volume's data directory on this machine (what tasks see at the mount
         path), whether or not it exists yet."""
-        prov = _provider(self.provider, self.provider_config)
-        if prov.name not in LOCAL_PROVIDERS:
+        path = _volumes(self.provider, self.provider_config, self.region).local_path(self.name)
+        if path is None:
             raise VolumeError(f"volume {self.name!r} lives on {self.provider}, not on this "
                               "machine")
-        return LocalVolumes(provider_root(prov)).path(self.name) / "data"
+        return path
 
     @classmethod
     def list(cls, provider: str = "local", *, region: str | None = None,

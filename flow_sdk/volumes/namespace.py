@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -186,23 +185,3 @@ def enter_private_root(binds: Sequence[Bind], staging: Path) -> list[str]:
     if os.path.ismount(copy):
         _check(libc.umount2(os.fsencode(copy), MNT_DETACH), f"umount {copy}")
     return skipped
-
-
-_PROBE = """
-import ctypes, sys
-libc = ctypes.CDLL(None, use_errno=True)
-ok = (libc.unshare(0x20000) == 0
-      and libc.mount(None, b"/", None, ctypes.c_ulong(0x44000), None) == 0
-      and libc.mount(b"flow-probe", b"/mnt", b"tmpfs", ctypes.c_ulong(0), b"size=4k") == 0)
-sys.exit(0 if ok else 1)
-"""
-
-
-def private_root_supported() -> bool:
-    """Whether a process like this one can enter a private root (tried in a child process,
-    which leaves nothing behind: its namespace ends with it)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, timeout=60,
-                           check=False)
-    return probe.returncode == 0

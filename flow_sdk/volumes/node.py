@@ -16,15 +16,13 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
 from flow_sdk import protocol
-from flow_sdk.providers.base import Provider
+from flow_sdk.errors import VolumeError
+from flow_sdk.providers.base import NodeMount, Provider
 from flow_sdk.spec import TaskSpec
-from flow_sdk.volumes.errors import VolumeError
-from flow_sdk.volumes.local import LocalVolumes
 from flow_sdk.volumes.namespace import (
     Bind,
     NamespaceUnavailable,
@@ -35,7 +33,6 @@ from flow_sdk.volumes.s3mount import materialize, set_writable
 
 MOUNTS_ENV = "FLOW_MOUNTS"
 MODE_ENV = "FLOW_VOLUME_MODE"  # auto (default) | namespace | mapped
-LOCAL_PROVIDERS = frozenset({"local"})
 Mode = Literal["namespace", "mapped"]
 Log = Callable[[str], None]
 
@@ -45,30 +42,11 @@ _cache_users: dict[Path, IO[str]] = {}
 _prepared: dict[str, dict[str, str]] = {}
 
 
-@dataclass(frozen=True)
-class NodeMount:
-    """One volume or S3 mount of the task, as this node provides it."""
-
-    path: str  # the mount path the task asked for
-    source: Path  # the directory on this node behind it
-    read_only: bool
-    origin: str  # "volume ckpt (file)" or the S3 URI
-    premounted: bool = False  # already mounted at ``path`` (a cloud node's bootstrap)
-
-
-def provider_root(provider: Provider) -> Path:
-    """Where a local-process provider keeps its state (volumes, caches)."""
-    root = provider.config().get("root")
-    if not root:
-        raise VolumeError(f"provider {provider.name!r} has no local root for volumes")
-    return Path(root)
-
-
 def cache_root(provider: Provider, workdir: Path) -> Path:
-    """Where S3 mount caches live: shared by the local nodes of a task, else on the node."""
-    if provider.name in LOCAL_PROVIDERS:
-        return provider_root(provider) / "cache" / "s3"
-    return workdir / "s3-cache"
+    """Where S3 mount caches live: where the provider's nodes on this machine share them,
+    else on the node."""
+    shared = provider.volumes.shared_mount_caches()
+    return shared if shared is not None else workdir / "s3-cache"
 
 
 def requested_mode() -> str:
@@ -90,7 +68,7 @@ def prepare_volumes(spec: TaskSpec, provider: Provider, workdir: Path, task_id: 
     if task_id in _prepared:
         return dict(_prepared[task_id])
     mode = requested_mode()
-    mounts = _volume_mounts(spec, provider, task_id, log)
+    mounts = provider.volumes.node_mounts(spec, task_id, log) if spec.volumes else []
     if spec.mounts:
         mounts += _s3_mounts(spec, provider, workdir, task_id, log, keepalive)
     chosen = _expose(mounts, mode, workdir, log)
@@ -101,33 +79,10 @@ def prepare_volumes(spec: TaskSpec, provider: Provider, workdir: Path, task_id: 
     return dict(_prepared[task_id])
 
 
-def _volume_mounts(spec: TaskSpec, provider: Provider, task_id: str, log: Log
-                   ) -> list[NodeMount]:
-    mounts = []
-    local = provider.name in LOCAL_PROVIDERS
-    volumes = LocalVolumes(provider_root(provider)) if local else None
-    for path, volume in sorted(spec.volumes.items()):
-        origin = f"volume {volume.name} ({volume.interface})"
-        if volumes is None:
-            if not os.path.ismount(path):
-                raise VolumeError(f"{origin} is not mounted at {path} on this node; the "
-                                  f"{provider.name} bootstrap mounts volumes before the agent "
-                                  "starts: check the node's boot log")
-            mounts.append(NodeMount(path, Path(path), False, origin, premounted=True))
-            continue
-        found, created = volumes.ensure(volume)
-        if volume.interface == "block":
-            volumes.attach(volume.name, task_id)
-        log(f"volume {volume.name!r} ({volume.interface}) at {path}: "
-            f"{'created' if created else 'existing'} {found.data}")
-        mounts.append(NodeMount(path, found.data, False, origin))
-    return mounts
-
-
 def _s3_mounts(spec: TaskSpec, provider: Provider, workdir: Path, task_id: str, log: Log,
                keepalive: Callable[[], None] | None) -> list[NodeMount]:
     root = cache_root(provider, workdir)
-    if provider.name in LOCAL_PROVIDERS:
+    if provider.volumes.shared_mount_caches() is not None:
         gc_mount_caches(provider)
     task_cache = root / task_id
     _use_cache(task_cache)
@@ -190,8 +145,7 @@ def _expose(mounts: list[NodeMount], mode: str, workdir: Path, log: Log) -> Mode
 def _covered_node_paths(paths: list[str], workdir: Path) -> list[tuple[str, str]]:
     """(mount path, node path) pairs where a mount would hide what the node itself runs
     from: its working directory, the flow data dir, Python and its import path."""
-    import flow_sdk
-    needed = [workdir, Path(flow_sdk.__file__).parent, Path(sys.prefix), Path(sys.executable),
+    needed = [workdir, Path(__file__).resolve().parents[1], Path(sys.prefix), Path(sys.executable),
               *(Path(p) for p in sys.path if p and os.path.isabs(p))]
     home = os.environ.get("FLOW_HOME")
     if home:
@@ -244,9 +198,10 @@ def remove_cache(task_cache: Path) -> None:
 
 def gc_mount_caches(provider: Provider) -> int:
     """Remove the S3 caches of ended tasks that no process uses any more (a node killed with
-    SIGKILL cannot clean up after itself). Returns how many task caches were removed."""
-    root = provider_root(provider) / "cache" / "s3"
-    if not root.is_dir():
+    SIGKILL cannot clean up after itself), where the provider's nodes share caches on this
+    machine. Returns how many task caches were removed."""
+    root = provider.volumes.shared_mount_caches()
+    if root is None or not root.is_dir():
         return 0
     removed = 0
     for task_cache in sorted(p for p in root.iterdir() if p.is_dir()):

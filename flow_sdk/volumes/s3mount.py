@@ -22,6 +22,7 @@ Cache layout (``cache`` below is ``<cache root>/<task id>/<digest of the URI>``)
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import secrets
@@ -34,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from flow_sdk.volumes.errors import VolumeError
+from flow_sdk.aws_clients import make_client
+from flow_sdk.errors import VolumeError
+from flow_sdk.s3uri import S3UriError, folder_prefix, split_s3_uri
 
 CHUNK_BYTES = 1024 * 1024
 DOWNLOAD_THREADS = 8
@@ -55,13 +58,11 @@ class S3Location:
     @classmethod
     def parse(cls, uri: str) -> S3Location:
         """``s3://bucket/prefix``; the prefix names a folder (a trailing ``/`` is implied)."""
-        if not uri.startswith("s3://"):
-            raise VolumeError(f"not an S3 URI: {uri!r}; expected s3://bucket/prefix")
-        bucket, _, prefix = uri[len("s3://"):].partition("/")
-        if not bucket:
-            raise VolumeError(f"S3 URI {uri!r} names no bucket")
-        prefix = prefix.strip("/")
-        return cls(bucket, f"{prefix}/" if prefix else "")
+        try:
+            bucket, key = split_s3_uri(uri)
+        except S3UriError as exc:
+            raise VolumeError(str(exc)) from None
+        return cls(bucket, folder_prefix(key))
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"
@@ -89,18 +90,11 @@ class Materialized:
 
 def s3_client(threads: int = DOWNLOAD_THREADS) -> Any:
     """A boto3 S3 client: standard credential chain, ``AWS_ENDPOINT_URL[_S3]`` honoured."""
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:
-        raise VolumeError("S3 mounts need boto3 on the nodes; install flow-sdk[aws]") from exc
+    if importlib.util.find_spec("boto3") is None:
+        raise VolumeError("S3 mounts need boto3 on the nodes; install flow-sdk[aws]")
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    config = Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=10,
-                    read_timeout=60, max_pool_connections=max(10, threads),
-                    s3={"addressing_style": "path"} if endpoint else None)
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return boto3.session.Session().client("s3", endpoint_url=endpoint or None,
-                                          region_name=region, config=config)
+    return make_client("s3", endpoint_url=endpoint or None,
+                       max_pool_connections=max(10, threads))
 
 
 def _client_error(exc: Exception) -> str:

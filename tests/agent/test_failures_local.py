@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import processes_with_env, wait_until
+from flow_testing import processes_with_env, wait_until, worker_pids
 from flow_sdk import FlowApp, Task, TaskCancelledError, TaskFailedError, TaskStatus
 from flow_sdk.providers.local import LocalProvider
 
@@ -34,7 +34,7 @@ def _running_node(task: Task, node: int) -> str:
     def all_started() -> bool:
         nodes = task.nodes()
         return len(nodes) == 2 and all(
-            n.phase == "running" and len(provider.worker_pids(task.task_id, n.instance_id)) == 2
+            n.phase == "running" and len(worker_pids(provider, task.task_id, n.instance_id)) == 2
             for n in nodes)
 
     wait_until(all_started, 90, "both nodes to run their workers")
@@ -46,7 +46,7 @@ def _running_node(task: Task, node: int) -> str:
 def test_worker_sigkill_on_node_1_fails_the_task_within_10s_naming_node_1(flow_home: Path) -> None:
     task = sleeper.spawn()
     instance = _running_node(task, 1)
-    victim = task.provider.worker_pids(task.task_id, instance)[1]  # type: ignore[attr-defined]
+    victim = worker_pids(task.provider, task.task_id, instance)[1]  # type: ignore[arg-type]
     os.kill(victim, signal.SIGKILL)
     start = time.monotonic()
     assert task.wait(timeout=10) is TaskStatus.FAILED

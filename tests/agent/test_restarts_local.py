@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import processes_with_env, wait_until
+from flow_testing import agent_pid, processes_with_env, wait_until
 from flow_sdk import FlowApp, TaskStatus
 from flow_sdk.providers.local import LocalProvider
 
@@ -43,7 +43,7 @@ def test_killed_node_is_replaced_and_the_job_completes(flow_home: Path) -> None:
     assert isinstance(provider, LocalProvider)
     wait_until(lambda: sum("ready" in ln for ln in task.logs()) == 4, 90, "4 ranks ready")
     first = {n.node: n.instance_id for n in task.nodes()}
-    os.kill(provider.agent_pid(task.task_id, first[1]), signal.SIGKILL)
+    os.kill(agent_pid(provider, task.task_id, first[1]), signal.SIGKILL)
     results = task.results(timeout=120)
     assert [r["restart"] for r in results] == [1, 1, 1, 1]
     assert all(r["sum"] == 4.0 for r in results)  # all four ranks joined the new generation

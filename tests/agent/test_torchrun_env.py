@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from flow_sdk import FlowApp
+from flow_sdk.providers.process import free_port
 from flow_sdk.rendezvous.env import TORCHRUN_DIFFERENCES
 
 pytestmark = pytest.mark.slow
@@ -44,12 +44,6 @@ def worker_environment(keys: list[str]) -> dict[str, str]:
     return {k: os.environ[k] for k in keys if k in os.environ}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _torchrun_envs(tmp_path: Path) -> dict[int, dict[str, str]]:
     script = tmp_path / "dump_env.py"
     script.write_text(DUMP)
@@ -57,7 +51,7 @@ def _torchrun_envs(tmp_path: Path) -> dict[int, dict[str, str]]:
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     env["FLOW_TEST_BASE_KEYS"] = json.dumps([*env, "FLOW_TEST_BASE_KEYS"])
-    port = _free_port()
+    port = free_port()
     procs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
          "--node-rank", str(node), "--rdzv-backend", "static", "--master-addr", "127.0.0.1",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import wait_until
+from flow_testing import wait_until, worker_pids
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.task import Task
 
@@ -65,7 +65,7 @@ def test_killed_worker_resumes_from_its_relative_snapshot(flow_home: Path, tmp_p
     provider = task.provider
     assert isinstance(provider, LocalProvider)
     node1 = next(n.instance_id for n in task.nodes() if n.node == 1)
-    os.kill(provider.worker_pids(task_id, node1)[0], signal.SIGKILL)  # rank 2, which saved
+    os.kill(worker_pids(provider, task_id, node1)[0], signal.SIGKILL)  # rank 2, which saved
     assert _finish(proc, 300) == 0, out.read_text()[-3000:]
     text = out.read_text()
 

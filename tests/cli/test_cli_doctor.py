@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import wait_until
+from flow_testing import node_ssh_dir, wait_until
 from flow_sdk import FlowApp
 from flow_sdk.providers.local import LocalProvider
 
@@ -44,7 +44,7 @@ def test_doctor_passes_then_names_the_node_that_cannot_be_reached(flow_home: Pat
         provider = task.provider
         assert isinstance(provider, LocalProvider)
         node1 = next(n.instance_id for n in task.nodes() if n.node == 1)
-        sshd_pid = int((provider.node_ssh_dir(task.task_id, node1) / "sshd.pid").read_text())
+        sshd_pid = int((node_ssh_dir(provider, task.task_id, node1) / "sshd.pid").read_text())
         os.kill(sshd_pid, signal.SIGKILL)  # node 1 stops answering on its SSH port
         broken = _doctor(task.task_id, flow_home)
         assert broken.returncode == 1

@@ -3,19 +3,13 @@ listens, workers connect to `current.parallel.main_ip`) run unchanged on 2 nodes
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 
 from flow_sdk import FlowApp, current
+from flow_sdk.providers.process import free_port
 
 app = FlowApp("metaflow-style")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @app.function(num_instances=2)
@@ -62,7 +56,7 @@ def test_outside_a_task_parallel_describes_one_node() -> None:
 
 @pytest.mark.slow
 def test_metaflow_style_body_talks_over_a_socket_on_two_nodes() -> None:
-    task = parallel_step.spawn(_free_port())
+    task = parallel_step.spawn(free_port())
     control, worker = task.results(timeout=180)
     addresses = {n.node: n.address for n in task.nodes()}
     assert control["received"] == ["hello from node 1"]

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from flow_testing import processes_with_env, wait_until
+from flow_testing import agent_pid, processes_with_env, wait_until
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.volumes import checkpoint_step, latest_checkpoint
 
@@ -45,7 +45,7 @@ def test_node_killed_mid_training_resumes_to_the_uninterrupted_result(
     provider = task.provider
     assert isinstance(provider, LocalProvider)
     node1 = next(n.instance_id for n in task.nodes() if n.node == 1)
-    os.kill(provider.agent_pid(task.task_id, node1), signal.SIGKILL)
+    os.kill(agent_pid(provider, task.task_id, node1), signal.SIGKILL)
     start = time.monotonic()
     resumed = task.result(timeout=240)
     elapsed = time.monotonic() - start

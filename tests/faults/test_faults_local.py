@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import processes_with_env, wait_until
+from flow_testing import agent_pid, processes_with_env, wait_until, worker_pids
 from flow_sdk import FlowApp, PayloadError, Task, TaskFailedError, TaskStatus, TaskTimedOutError
 from flow_sdk import payload as flow_payload
 from flow_sdk import protocol
@@ -66,7 +66,7 @@ def _provider(task: Task) -> LocalProvider:
 def test_kill_9_a_worker(flow_home: Path, fault_record, node: int) -> None:
     task = sleeper.spawn()
     _all_ready(task, 4)
-    os.kill(_provider(task).worker_pids(task.task_id, _node(task, node))[0], signal.SIGKILL)
+    os.kill(worker_pids(_provider(task), task.task_id, _node(task, node))[0], signal.SIGKILL)
     start = time.monotonic()
     assert task.wait(timeout=10) is TaskStatus.FAILED
     elapsed = time.monotonic() - start
@@ -81,7 +81,7 @@ def test_kill_9_a_worker(flow_home: Path, fault_record, node: int) -> None:
 def test_kill_9_a_node_agent(flow_home: Path, fault_record, node: int) -> None:
     task = sleeper.spawn()
     _all_ready(task, 4)
-    os.kill(_provider(task).agent_pid(task.task_id, _node(task, node)), signal.SIGKILL)
+    os.kill(agent_pid(_provider(task), task.task_id, _node(task, node)), signal.SIGKILL)
     start = time.monotonic()
     assert task.wait(timeout=15) is TaskStatus.FAILED
     elapsed = time.monotonic() - start
@@ -110,7 +110,7 @@ def test_hung_worker_is_stopped_by_the_runtime_cap(flow_home: Path, fault_record
 def test_node_dropped_during_the_start_barrier(flow_home: Path, fault_record) -> None:
     task = sleeper.with_options(num_instances=3, availability_timeout_s=3).spawn()
     victim = _provider(task).list_instances(task.task_id)[1]
-    os.kill(_provider(task).agent_pid(task.task_id, victim.instance_id), signal.SIGKILL)
+    os.kill(agent_pid(_provider(task), task.task_id, victim.instance_id), signal.SIGKILL)
     start = time.monotonic()
     assert task.wait(timeout=30) is TaskStatus.FAILED
     outcome = task.outcome()
@@ -127,7 +127,7 @@ def test_min_instances_starts_with_the_nodes_that_came_up(flow_home: Path, fault
 
     task = world.spawn()
     victim = _provider(task).list_instances(task.task_id)[2]
-    os.kill(_provider(task).agent_pid(task.task_id, victim.instance_id), signal.SIGKILL)
+    os.kill(agent_pid(_provider(task), task.task_id, victim.instance_id), signal.SIGKILL)
     start = time.monotonic()
     assert task.results(timeout=60) == [(2, "2"), (2, "2")]
     fault_record("min_instances=2 of 3, one node never boots (job runs on 2)",
@@ -142,7 +142,7 @@ def test_below_min_instances_fails_naming_missing_nodes(flow_home: Path, fault_r
     task = never.spawn()
     instances = _provider(task).list_instances(task.task_id)
     for victim in instances[1:]:
-        os.kill(_provider(task).agent_pid(task.task_id, victim.instance_id), signal.SIGKILL)
+        os.kill(agent_pid(_provider(task), task.task_id, victim.instance_id), signal.SIGKILL)
     start = time.monotonic()
     assert task.wait(timeout=30) is TaskStatus.FAILED
     outcome = task.outcome()

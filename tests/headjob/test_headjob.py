@@ -14,20 +14,15 @@ import pytest
 
 from flow_sdk import headjob
 from flow_sdk.errors import ValidationError
+from flow_sdk.providers.process import free_port
 from flow_sdk.spec import build_task_spec
 
 KEY = secrets.token_bytes(32)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def _pool(world_size: int) -> Iterator[headjob.HeadPool]:
-    port = _free_port()
+    port = free_port()
     pool = headjob.HeadPool(KEY, "127.0.0.1", port, world_size, workers_per_node=1)
     threads = []
     for rank in range(1, world_size):
@@ -71,7 +66,7 @@ def _fail_on_workers(value: int) -> int:
 
 
 def test_a_client_without_the_key_is_turned_away() -> None:
-    port = _free_port()
+    port = free_port()
     pool = headjob.HeadPool(KEY, "127.0.0.1", port, 2, workers_per_node=1)
     try:
         with socket.create_connection(("127.0.0.1", port)) as sock:

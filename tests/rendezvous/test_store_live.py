@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from flow_testing import wait_until
+from flow_testing import agent_pid, wait_until
 from flow_sdk import FlowApp, Task, TaskStatus, protocol, signing
 from flow_sdk.rendezvous import kvwire
 from flow_sdk.rendezvous.kvstore import KVClient
@@ -99,7 +99,7 @@ def test_a_frozen_leader_fails_the_task_within_the_heartbeat_bound() -> None:
     task = hold.spawn(300.0)
     _leader_store(task)
     leader = next(n for n in task.nodes() if n.node == 0)
-    pid = task.provider.agent_pid(task.task_id, leader.instance_id)  # type: ignore[attr-defined]
+    pid = agent_pid(task.provider, task.task_id, leader.instance_id)  # type: ignore[arg-type]
     os.kill(pid, signal.SIGSTOP)
     started = time.monotonic()
     try:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from flow_testing import processes_with_env, wait_until
+from flow_testing import node_ssh_dir, node_workdir, processes_with_env, wait_until
 
 from flow_sdk import FlowApp, Task, TaskStatus
 from flow_sdk.providers import _sshd
@@ -53,7 +53,7 @@ def test_ssh_command_answers_from_node_1_in_its_directory_and_environment(
     task = hold.spawn()
     provider = _running(task)
     result = task.ssh(node=1, command="pwd; echo $FLOW_NODE_RANK")
-    workdir = provider.node_workdir(task.task_id, _instance(task, 1))
+    workdir = node_workdir(provider, task.task_id, _instance(task, 1))
     assert result == SshResult(0, f"{workdir}\n1\n", "")
 
     # the rest of the node's environment, stderr and the exit code come back too
@@ -68,7 +68,7 @@ def test_ssh_command_answers_from_node_1_in_its_directory_and_environment(
     for n, endpoint in enumerate(endpoints):
         instance = _instance(task, n)
         assert endpoint.host == next(r.address for r in task.nodes() if r.node == n)
-        host_pub = (provider.node_ssh_dir(task.task_id, instance) / "host_ed25519.pub")
+        host_pub = (node_ssh_dir(provider, task.task_id, instance) / "host_ed25519.pub")
         assert host_pub.read_text().split()[:2] == endpoint.host_key.split()
         assert stat.S_IMODE(os.stat(endpoint.key_path).st_mode) == 0o600
     assert endpoints[0].host != endpoints[1].host
@@ -91,7 +91,7 @@ def test_a_changed_host_key_is_refused(flow_home: Path) -> None:
     pinned = task.ssh_endpoint(0)
     assert task.ssh(node=0, command="true").exit_code == 0
     # the node's server now presents another key (as an impostor would): new key, SIGHUP
-    ssh_dir = provider.node_ssh_dir(task.task_id, _instance(task, 0))
+    ssh_dir = node_ssh_dir(provider, task.task_id, _instance(task, 0))
     for name in ("host_ed25519", "host_ed25519.pub"):
         (ssh_dir / name).unlink()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",

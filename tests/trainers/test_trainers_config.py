@@ -16,6 +16,7 @@ from trainers_helpers import FEATURES, LABEL, regression_table
 
 from flow_sdk import ValidationError
 from flow_sdk.data import ColumnNotFoundError, DataConnector
+from flow_sdk.providers.process import free_port
 from flow_sdk.trainers import (
     PyTorchDistributor,
     PyTorchScalingConfig,
@@ -153,16 +154,8 @@ def _config(rank: int, port: int, token: str = "task-1", timeout_s: float = 10.0
                             exchange_port=port, token=token, timeout_s=timeout_s)
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_port_exchange_serves_late_and_early_clients_and_ignores_strangers() -> None:
-    port = _free_port()
+    port = free_port()
     got: dict[int, int] = {}
     early = threading.Thread(target=lambda: got.__setitem__(1, fetch_tracker_port(
         _config(1, port))))
@@ -180,6 +173,6 @@ def test_port_exchange_serves_late_and_early_clients_and_ignores_strangers() -> 
 
 
 def test_port_exchange_times_out_naming_the_leader() -> None:
-    port = _free_port()
+    port = free_port()
     with pytest.raises(TrainerError, match=f"127.0.0.1:{port} within 1s"):
         fetch_tracker_port(_config(1, port, timeout_s=1.0))

@@ -10,6 +10,8 @@ whichever was loaded last. ``conftest.py`` here registers the fixtures for the d
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,10 +20,8 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from flow_testing import fake_aws_environment, processes_with_env, wait_until
-from moto.server import ThreadedMotoServer
+from flow_testing import fake_aws_environment, moto_server, processes_with_env, wait_until
 
-from flow_sdk.volumes.namespace import private_root_supported
 
 MIB = 1024 * 1024
 BIG_KEY = "big/multipart.bin"
@@ -55,13 +55,8 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def moto_s3_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server() as url:
+        yield url
 
 
 def s3_client_for(url: str) -> Any:
@@ -123,3 +118,23 @@ def s3_env(moto_s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def literal_paths() -> bool:
     """Whether local nodes here can show mount paths literally (a private mount namespace)."""
     return private_root_supported()
+
+
+_PROBE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ok = (libc.unshare(0x20000) == 0
+      and libc.mount(None, b"/", None, ctypes.c_ulong(0x44000), None) == 0
+      and libc.mount(b"flow-probe", b"/mnt", b"tmpfs", ctypes.c_ulong(0), b"size=4k") == 0)
+sys.exit(0 if ok else 1)
+"""
+
+
+def private_root_supported() -> bool:
+    """Whether a process like this one can enter a private root (tried in a child process,
+    which leaves nothing behind: its namespace ends with it)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, timeout=60,
+                           check=False)
+    return probe.returncode == 0

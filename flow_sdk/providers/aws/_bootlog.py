@@ -5,7 +5,7 @@ starts the agent as its child, in its own process group, and copies every line t
 writes to stdout or stderr, time-stamped as it arrives, into the node's ``boot.<instance id>``
 log stream and onto its own stdout (the instance's console and cloud-init log). A node whose
 agent dies before it can log anything is still debuggable with ``task.logs(source="boot")``.
-It exits with the agent's exit status. The simulated cloud runs the same module.
+It exits with the agent's exit status. Every node runtime starts its nodes with this module.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""boto3 clients for one provider: one session, one client per (service, region, purpose)."""
+"""boto3 clients for one provider: one session, one client per (service, region, purpose),
+each made by ``flow_sdk.aws_clients.make_client``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
+
+from flow_sdk.aws_clients import make_client
 
 _GENERAL: Any = {"mode": "standard", "max_attempts": 6}
 # run_instances gets no botocore retries: the launcher retries transient errors itself with
@@ -56,11 +58,8 @@ class Clients:
         with self._lock:
             client = self._cache.get(key)
             if client is None:
-                config = Config(retries=_LAUNCH if launch else _GENERAL,
-                                connect_timeout=10, read_timeout=60, max_pool_connections=32,
-                                s3={"addressing_style": "path"} if self.endpoint_url else None)
-                session: Any = self.session  # service names are plain strings here
-                client = session.client(service, region_name=region,
-                                        endpoint_url=self.endpoint_url, config=config)
+                client = make_client(service, region, endpoint_url=self.endpoint_url,
+                                     session=self.session,
+                                     retries=_LAUNCH if launch else _GENERAL)
                 self._cache[key] = client
             return client

@@ -8,15 +8,18 @@ instance profile (real AWS) or from their process environment (the simulated clo
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from flow_sdk import __version__
-from flow_sdk.catalog import REGION_RE
+from flow_sdk._version import __version__
+from flow_sdk.aws_clients import REGION_RE, default_region
 from flow_sdk.errors import ProviderError
+from flow_sdk.providers.aws._credentials import reject_credentials
+from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
+from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
 
 # The AWS Deep Learning Base AMI (NVIDIA driver, CUDA, Docker with the NVIDIA container
 # toolkit, the EFA installer), published per region as a public SSM parameter.
@@ -26,27 +29,12 @@ DEFAULT_AGENT_PIP = f"flow-sdk[aws,torch]=={__version__}"
 DEFAULT_PREFIX = "flow/"
 DEFAULT_LOG_GROUP_PREFIX = "/flow/"
 DEFAULT_SSH_USER = "ubuntu"  # the Deep Learning AMI (Ubuntu) login user
-IMDS_ENDPOINT = "http://169.254.169.254"  # the instance metadata service, IMDSv2 only
 # The broadest SSH source a task's security group may admit ("the caller", never the internet).
 MIN_SSH_PREFIX = {4: 16, 6: 48}
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_SECRET_WORDS = ("secret", "password", "credential", "access_key", "session_token", "token")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
-
-
-def reject_credentials(config: Mapping[str, Any], where: str = "provider_config") -> None:
-    """Raise when a key of ``config`` (at any depth) looks like a credential."""
-    for key, value in config.items():
-        lowered = str(key).lower()
-        if any(word in lowered for word in _SECRET_WORDS):
-            raise ProviderError(
-                f"{where}.{key}: the aws provider config must not hold credentials (it is "
-                "stored with tasks and sent to every node); remove it and use the standard AWS "
-                "credential chain (environment, ~/.aws, SSO); nodes use their instance profile")
-        if isinstance(value, Mapping):
-            reject_credentials(value, f"{where}.{key}")
 
 
 @dataclass(frozen=True)
@@ -105,8 +93,7 @@ class AwsConfig:
         if unknown:
             raise ProviderError(f"provider_config has unknown key(s) {unknown} for the aws "
                                 f"provider; known keys: {', '.join(sorted(known))}")
-        region = config.get("region") or os.environ.get("AWS_REGION") \
-            or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        region = default_region(config.get("region"))
         _check_region(region, "region")
         regions = tuple(config.get("regions") or ())
         if isinstance(config.get("regions"), str):
@@ -180,6 +167,14 @@ class AwsConfig:
             data["launch"] = {"task_id": self.launch.task_id, "region": self.launch.region,
                               "attempt": self.launch.attempt}
         return data
+
+    def node_runtime(self) -> NodeRuntime:
+        """How this provider's instances become nodes: EC2 itself, or, with ``simulate``, the
+        simulated cloud's local processes."""
+        if self.simulate is not None:
+            from flow_sdk.providers.aws._simulate import SimulatedNodes  # only when asked for
+            return SimulatedNodes(Path(self.simulate.root))
+        return Ec2Runtime()
 
     def for_node(self, task_id: str, region: str, attempt: int) -> AwsConfig:
         """The config the nodes of one launched gang boot with."""

@@ -28,8 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message, tolerating
-from flow_sdk.providers.base import LogRecord, LogStore, LogWriter
-from flow_sdk.providers.files import _safe_part
+from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, safe_part
 
 MAX_BATCH_EVENTS = 10_000
 MAX_BATCH_BYTES = 1_048_576
@@ -201,12 +200,12 @@ class CloudWatchLogStore(LogStore):
         self._tokens_lock = threading.Lock()
 
     def group(self, task_id: str) -> str:
-        return self.group_prefix + _safe_part(task_id, "task id")
+        return self.group_prefix + safe_part(task_id, "task id")
 
     # -- writing ----------------------------------------------------------------------------
 
     def writer(self, task_id: str, stream: str) -> LogWriter:
-        return CloudWatchLogWriter(self, self.group(task_id), _safe_part(stream, "stream"))
+        return CloudWatchLogWriter(self, self.group(task_id), safe_part(stream, "stream"))
 
     def _create_stream(self, group: str, stream: str) -> None:
         logs = self._client()

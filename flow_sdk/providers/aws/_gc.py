@@ -1,5 +1,5 @@
 """``flow gc`` for AWS: reclaim instances, security groups, key pairs and placement groups whose
-task has ended, or that carry no live task.
+task has ended, or that carry no live task; and what the node runtime runs for ended tasks.
 
 Only resources tagged with this provider's store (``flow:store = s3://bucket/prefix``) are
 considered, so two flow installations sharing an account never reclaim each other's. A task is
@@ -9,14 +9,14 @@ live while its record is in the store, it has no outcome, and it is within its r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk import protocol
 from flow_sdk.errors import ProviderError
 from flow_sdk.protocol import TaskRecord
+from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import (
     TAG_STORE,
     TAG_TASK,
@@ -24,40 +24,15 @@ from flow_sdk.providers.aws._resources import (
     tag_value,
     tagged_resources,
 )
-
-if TYPE_CHECKING:
-    from flow_sdk.providers.aws._provider import AwsProvider
+from flow_sdk.providers.base import GcReport, ObjectStore
 
 RUNTIME_GRACE_S = 3600.0  # past max_run_time_hours by this much, a task counts as ended
 
 
-@dataclass
-class GcReport:
-    """What ``gc`` found and did. With ``dry_run`` the same lists say what it would do."""
-
-    dry_run: bool
-    terminated_instances: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    deferred: list[str] = field(default_factory=list)  # still in use: the next gc removes them
-    stopped_processes: list[int] = field(default_factory=list)  # simulated cloud only
-    live_tasks: list[str] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict)  # task id -> why it was reclaimed
-
-    def __str__(self) -> str:
-        verb = "would reclaim" if self.dry_run else "reclaimed"
-        lines = [(f"flow gc {verb}: {len(self.terminated_instances)} instance(s), "
-                  f"{len(self.deleted)} other resource(s); {len(self.deferred)} deferred; "
-                  f"{len(self.live_tasks)} live task(s) kept")]
-        lines += [f"  task {task}: {why}" for task, why in sorted(self.reasons.items())]
-        lines += [f"  deferred: {item}" for item in self.deferred]
-        return "\n".join(lines)
-
-
-def task_verdict(provider: AwsProvider, task_id: str, now: float) -> str | None:
+def task_verdict(store: ObjectStore, task_id: str, now: float) -> str | None:
     """None while the task is live, else why its resources may go."""
     if not task_id:
         return "carries an empty task id"
-    store = provider.store
     raw = store.get(protocol.task_key(task_id))
     if raw is None:
         return "no task record in the store"
@@ -82,12 +57,13 @@ def _live_instances(ec2: Any) -> list[dict[str, Any]]:
     return found
 
 
-def collect(provider: AwsProvider, *, dry_run: bool = False, now: float | None = None
+def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None
             ) -> GcReport:
-    """Reclaim, in every launch region of the provider, what no live task of its store owns."""
-    report = GcReport(dry_run=dry_run)
+    """Reclaim, in every launch region of the provider, what no live task of its store owns,
+    and stop what the node runtime still runs for ended tasks."""
+    report = GcReport("aws", dry_run=dry_run)
     now = time.time() if now is None else now
-    mine = provider.store_tag
+    mine = nodes.store_tag
     verdicts: dict[str, str | None] = {}
 
     def reclaim(resource: dict[str, Any]) -> bool:
@@ -95,7 +71,7 @@ def collect(provider: AwsProvider, *, dry_run: bool = False, now: float | None =
             return False  # another flow installation's (or not flow's): never touched
         task_id = tag_value(resource, TAG_TASK) or ""
         if task_id not in verdicts:
-            verdicts[task_id] = task_verdict(provider, task_id, now)
+            verdicts[task_id] = task_verdict(nodes.store, task_id, now)
         verdict = verdicts[task_id]
         if verdict is None:
             if task_id not in report.live_tasks:
@@ -105,8 +81,8 @@ def collect(provider: AwsProvider, *, dry_run: bool = False, now: float | None =
         return True
 
     try:
-        for region in provider.cfg.launch_regions:
-            ec2 = provider.clients.get("ec2", region)
+        for region in nodes.cfg.launch_regions:
+            ec2 = nodes.clients.get("ec2", region)
             doomed = [i["InstanceId"] for i in _live_instances(ec2) if reclaim(i)]
             report.terminated_instances.extend(f"{region} instance {i}" for i in doomed)
             found = tagged_resources(ec2, None, placement_groups=True)
@@ -127,11 +103,10 @@ def collect(provider: AwsProvider, *, dry_run: bool = False, now: float | None =
     except (ClientError, BotoCoreError) as exc:
         raise ProviderError(f"flow gc stopped: {exc}; what it reclaimed so far: "
                             f"{report.terminated_instances + report.deleted}") from exc
-    if provider.simulation is not None:
-        for task_id in provider.simulation.tasks():
-            if task_id not in verdicts:
-                verdicts[task_id] = task_verdict(provider, task_id, now)
-            if verdicts[task_id] is not None and not dry_run:
-                report.stopped_processes.extend(provider.simulation.stop(task_id))
+    for task_id in nodes.runtime.tasks():
+        if task_id not in verdicts:
+            verdicts[task_id] = task_verdict(nodes.store, task_id, now)
+        if verdicts[task_id] is not None and not dry_run:
+            report.stopped_processes.extend(nodes.runtime.stop(task_id))
     report.live_tasks.sort()
     return report

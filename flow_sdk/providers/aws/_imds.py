@@ -15,6 +15,7 @@ import urllib.parse
 
 from flow_sdk.errors import ProviderError
 
+IMDS_ENDPOINT = "http://169.254.169.254"  # the instance metadata service, IMDSv2 only
 TOKEN_PATH = "/latest/api/token"
 SPOT_ACTION_PATH = "/latest/meta-data/spot/instance-action"
 TOKEN_TTL_S = 21600  # the longest IMDS grants

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -272,3 +272,58 @@ class GangLauncher:
 
 def format_attempts(attempts: list[Attempt]) -> str:
     return "\n".join(f"  {a}" for a in attempts)
+
+
+@dataclass(frozen=True)
+class Try:
+    """One candidate of the failover: an offer in a zone. After a quota error the remaining
+    tries of the same ``group`` are skipped (the quota holds for all of them)."""
+
+    offer: Offer
+    zone: str
+    ctx: RegionContext
+    group: Hashable
+    subnet_id: str | None = None  # None: the zone's default subnet
+
+
+@dataclass
+class Failover:
+    """What the failover tried (``attempts``), and what it got."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    tries: int = 0
+    launched: tuple[Try, AttemptPlan, list[dict[str, Any]]] | None = None
+
+    def capped(self, max_attempts: int) -> bool:
+        return self.tries >= max_attempts
+
+
+def failover(candidates: Iterable[Try], plan_for: Callable[[int, Try], AttemptPlan],
+             launcher: GangLauncher, max_attempts: int, profile_is_new: bool,
+             attempts: list[Attempt] | None = None) -> Failover:
+    """Try ``candidates`` in order, at most ``max_attempts`` requests, until one starts its
+    instances (``launched``). A capacity error moves on; a quota error also skips the rest of
+    its try's group. ``plan_for(number, try)`` builds the request of attempt ``number``; the
+    gang and the replacement launch both run this one loop. Other errors propagate."""
+    result = Failover(attempts if attempts is not None else [])
+    skipped: set[Hashable] = set()
+    pending = iter(candidates)
+    while result.tries < max_attempts:  # checked before the next candidate is looked up
+        candidate = next(pending, None)
+        if candidate is None:
+            break
+        if candidate.group in skipped:
+            continue
+        result.tries += 1
+        plan = plan_for(result.tries, candidate)
+        try:
+            instances = launcher.try_launch(candidate.ctx, plan, profile_is_new)
+        except AttemptFailed as failed:
+            result.attempts.append(Attempt(result.tries, candidate.offer, candidate.zone,
+                                           failed.code, failed.message))
+            if failed.skip_region:
+                skipped.add(candidate.group)
+            continue
+        result.launched = (candidate, plan, instances)
+        break
+    return result

@@ -3,7 +3,7 @@
 ``put_if_absent`` is a conditional write (``If-None-Match: *``), atomic on S3 since 2024: the
 first writer of a key wins and every later one gets HTTP 412 PreconditionFailed. moto 5.2.1
 implements the same header (it checks for the key, then writes); under concurrent writers to
-one key it is a check-then-write, not an atomic step, so the simulated cloud relies on the
+one key it is a check-then-write, not an atomic step, so tests against moto rely on the
 task's own protocol (one outcome writer decides) rather than on moto for that race.
 """
 
@@ -18,8 +18,7 @@ from botocore.exceptions import ClientError
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message, http_status
-from flow_sdk.providers.base import ObjectStore
-from flow_sdk.providers.files import _safe_part
+from flow_sdk.providers.base import ObjectStore, safe_part
 
 _MISSING = ("NoSuchKey", "404", "NotFound")
 _DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
@@ -46,7 +45,7 @@ class S3ObjectStore(ObjectStore):
     # -- plumbing ---------------------------------------------------------------------------
 
     def _key(self, key: str) -> str:
-        return self.prefix + _safe_part(key, "object key")
+        return self.prefix + safe_part(key, "object key")
 
     def _bucket(self) -> str:
         name = self._bucket_name()

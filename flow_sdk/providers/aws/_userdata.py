@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any
 
 from flow_sdk.errors import ProviderError
-from flow_sdk.providers.aws._config import reject_credentials
+from flow_sdk.providers.aws._credentials import reject_credentials
 
 TEMPLATE_NAME = "bootstrap.sh.tmpl"
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64
@@ -36,7 +36,7 @@ class BootstrapInputs:
     interconnect: str  # "ethernet" or "efa"
     mount_paths: tuple[str, ...]  # task volume / mount paths passed into the container
     max_run_time_hours: float | None
-    volume_mounts: str = ""  # bash lines from flow_sdk.volumes.efs/ebs mount_script
+    volume_mounts: str = ""  # bash lines from _efs/_ebs mount_script
 
 
 def template() -> str:

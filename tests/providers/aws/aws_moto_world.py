@@ -10,17 +10,22 @@ instance profile of every instance of a launch (moto associates it with the firs
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
+import json
 import socket
 import time
+import urllib.request
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
@@ -28,7 +33,7 @@ from werkzeug.exceptions import HTTPException
 
 from flow_sdk import protocol
 from flow_sdk.protocol import BootConfig, TaskRecord
-from flow_sdk.providers.aws import AwsProvider
+from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
 from flow_sdk.providers.base import Instance, LaunchRequest
 from flow_sdk.spec import TaskSpec, build_task_spec
@@ -399,3 +404,55 @@ def launch_ids(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *, reco
     """:func:`launch`, returning the instance ids."""
     instances = launch(provider, task_id, task_spec, record=record, created_at=created_at)
     return [instance.instance_id for instance in instances]
+
+
+def node_config_of(provider: AwsProvider, instance_id: str, region: str) -> dict[str, Any]:
+    """The provider config a launched instance boots with, read back from its user-data."""
+    recorded = provider.clients.get("ec2", region).describe_instance_attribute(
+        InstanceId=instance_id, Attribute="userData")
+    script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
+    boot: dict[str, Any] = json.loads(_userdata.boot_json_from_user_data(script))
+    return dict(boot["provider_config"])
+
+
+# -- the pieces of a moto world, shared by the aws provider and provider contract tests --------
+
+
+_gaps_users = [0]  # how many moto_gaps() are open: the first applies them, the last removes
+
+
+@contextmanager
+def moto_gaps() -> Iterator[None]:
+    """Placement groups, and instance profiles on every instance of a launch (applied once
+    however many test directories of one run ask for them)."""
+    _gaps_users[0] += 1
+    original = EC2Response.run_instances
+    if _gaps_users[0] == 1:
+        for name, fn in PLACEMENT_GROUP_ACTIONS.items():
+            setattr(EC2Response, name, fn)
+        setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
+    try:
+        yield
+    finally:
+        _gaps_users[0] -= 1
+        if _gaps_users[0] == 0:
+            setattr(EC2Response, "run_instances", original)  # noqa: B010
+            for name in PLACEMENT_GROUP_ACTIONS:
+                delattr(EC2Response, name)
+
+
+def fresh_world(moto_url: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> AwsWorld:
+    """The moto server reset, fake credentials in this process's environment, the DLAMI
+    published, the test bucket created, and no launch backoff."""
+    from flow_testing import fake_aws_environment
+
+    from flow_sdk.providers.aws._launch import GangLauncher
+
+    fake_aws_environment(monkeypatch, tmp)
+    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"),
+                           timeout=10).read()
+    PLACEMENT_GROUPS.clear()
+    monkeypatch.setattr(GangLauncher, "retry_base_s", 0.0)
+    world = AwsWorld(url=moto_url, tmp=tmp, amis=publish_dlami(moto_url))
+    world.client("s3").create_bucket(Bucket=BUCKET)
+    return world

@@ -4,9 +4,7 @@ moto's EC2 backend. What moto 5.2.1 lacks is filled in test-side only (see aws_m
 
 from __future__ import annotations
 
-import logging
 import socket
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,25 +12,20 @@ import botocore.loaders
 import botocore.session
 import pytest
 from aws_moto_world import (
-    BUCKET,
-    PLACEMENT_GROUP_ACTIONS,
-    PLACEMENT_GROUPS,
     AwsWorld,
     Ec2Faults,
     Recorder,
     Wire,
     faulty_run_instances,
+    fresh_world,
     loopback_only,
-    profile_for_every_instance,
-    publish_dlami,
+    moto_gaps,
     wire_recording,
 )
-from flow_testing import fake_aws_environment
+from flow_testing import moto_server
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
-from moto.server import ThreadedMotoServer
 
-from flow_sdk.providers.aws._launch import GangLauncher
 from flow_sdk.providers.aws._simulate import SimulatedNodes
 
 
@@ -62,39 +55,20 @@ def _one_botocore_loader() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()  # port=0: the OS picked a free one
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _moto_gaps() -> Iterator[None]:
-    """Placement groups, and instance profiles on every instance of a launch."""
-    for name, fn in PLACEMENT_GROUP_ACTIONS.items():
-        setattr(EC2Response, name, fn)
-    original = EC2Response.run_instances
-    setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
-    yield
-    setattr(EC2Response, "run_instances", original)  # noqa: B010
-    for name in PLACEMENT_GROUP_ACTIONS:
-        delattr(EC2Response, name)
+    with moto_gaps():
+        yield
 
 
 @pytest.fixture(autouse=True)
 def aws(moto_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsWorld]:
     """A fresh moto world with fake credentials in this process's environment."""
-    fake_aws_environment(monkeypatch, tmp_path)
-    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"),
-                           timeout=10).read()
-    PLACEMENT_GROUPS.clear()
-    monkeypatch.setattr(GangLauncher, "retry_base_s", 0.0)
-    world = AwsWorld(url=moto_url, tmp=tmp_path, amis=publish_dlami(moto_url))
-    world.client("s3").create_bucket(Bucket=BUCKET)
+    world = fresh_world(moto_url, tmp_path, monkeypatch)
     yield world
     SimulatedNodes(world.sim_root).stop_all()  # a failed simulated test stops its nodes too
 

@@ -9,15 +9,15 @@ import time
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, launch_ids, spec
+from aws_moto_world import AwsWorld, Ec2Faults, launch_ids, node_config_of, spec
 
 from flow_sdk import protocol
 from flow_sdk.errors import CapacityError, ProviderError
 from flow_sdk.protocol import BootConfig, Outcome
-from flow_sdk.providers.aws._resources import NODE_POLICY_NAME, node_policy
+from flow_sdk.providers.aws._iam import NODE_POLICY_NAME, node_policy
 from flow_sdk.providers.aws._userdata import USER_DATA_LIMIT
 from flow_sdk.providers.base import LaunchRequest
-from flow_sdk.volumes import efs as flow_efs
+from flow_sdk.providers.aws import _efs as flow_efs
 
 
 def user_data(world: AwsWorld, instance_id: str) -> str:
@@ -161,7 +161,7 @@ def test_replacement_node_mounts_the_gangs_file_volume_in_its_zone(aws: AwsWorld
     task_spec = spec(num_instances=2, priority="high", max_restarts=1, volumes=FILE_VOLUME)
     ids = launch_ids(provider, "vol-rep-1", task_spec)
     gang_zone = instance(aws, ids[0])["Placement"]["AvailabilityZone"]
-    node = aws.provider(**provider.node_config_of(ids[0], "us-east-1"))
+    node = aws.provider(**node_config_of(provider, ids[0], "us-east-1"))
     boot = BootConfig("vol-rep-1", "aws", node.config()).to_env()
     [added] = node.add_instances(LaunchRequest("vol-rep-1", task_spec, boot), 1)
     fs_id = aws.client("efs").describe_file_systems(CreationToken="ckpt")["FileSystems"][0][
@@ -178,7 +178,7 @@ def test_block_volume_task_is_not_replaced(aws: AwsWorld) -> None:
                      volumes={"/scratch": {"name": "scratch", "size_gb": 10,
                                            "interface": "block"}})
     [node_id] = launch_ids(provider, "vol-rep-2", task_spec)
-    node = aws.provider(**provider.node_config_of(node_id, "us-east-1"))
+    node = aws.provider(**node_config_of(provider, node_id, "us-east-1"))
     boot = BootConfig("vol-rep-2", "aws", node.config()).to_env()
     with pytest.raises(ProviderError, match="block volume"):
         node.add_instances(LaunchRequest("vol-rep-2", task_spec, boot), 1)

@@ -7,14 +7,15 @@ import time
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Recorder, launch_ids, placement_groups, spec
+from aws_moto_world import AwsWorld, Recorder, launch_ids, node_config_of, placement_groups, spec
 
 from flow_sdk import protocol
 from flow_sdk.errors import FlowError, ProviderError
 from flow_sdk.protocol import Outcome
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.aws import AwsProvider, simulated_address
+from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._resources import key_path, tags
+from flow_sdk.providers.aws._simulate import simulated_address
 
 
 def end(provider: AwsProvider, task_id: str) -> None:
@@ -29,7 +30,7 @@ def test_list_instances_is_one_describe_call_sorted_by_id(aws: AwsWorld,
                                                           recorder: Recorder) -> None:
     provider = aws.provider()
     ids = launch_ids(provider, "disc-1", spec(num_instances=5, priority="high"))
-    node_config = provider.node_config_of(ids[0], "us-east-1")
+    node_config = node_config_of(provider, ids[0], "us-east-1")
     node = aws.provider(recorder, **node_config)  # rebuilt from FLOW_BOOT as an agent does
     found = node.list_instances("disc-1")
     assert recorder.calls == ["ec2.DescribeInstances"]  # one call, no per-peer polling

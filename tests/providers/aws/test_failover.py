@@ -4,7 +4,7 @@ them (InsufficientInstanceCapacity is an HTTP 500), through real boto3 over HTTP
 from __future__ import annotations
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, Recorder, spec
+from aws_moto_world import AwsWorld, Ec2Faults, Recorder, node_config_of, spec
 
 from flow_sdk.errors import CapacityError, ProviderError
 from flow_sdk.protocol import BootConfig
@@ -108,7 +108,7 @@ def test_partial_gang_is_terminated_before_the_next_try(aws: AwsWorld,
     assert len(stray) == 1 and stray[0]["State"]["Name"] == "terminated"
     assert sorted(aws.non_terminated()) == sorted(i.instance_id for i in started)
     # a node sees its own gang only; the client sees the terminated stray too
-    node = aws.provider(**provider.node_config_of(started[0].instance_id, "us-east-1"))
+    node = aws.provider(**node_config_of(provider, started[0].instance_id, "us-east-1"))
     assert [i.instance_id for i in node.list_instances("fo-4")] == [
         i.instance_id for i in started]
     states = {i.instance_id: i.state for i in provider.list_instances("fo-4")}

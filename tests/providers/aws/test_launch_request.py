@@ -27,7 +27,8 @@ from flow_sdk.providers.aws._launch import (
     market_options,
     run_instances_request,
 )
-from flow_sdk.providers.aws._resources import key_path, node_policy
+from flow_sdk.providers.aws._iam import node_policy
+from flow_sdk.providers.aws._resources import key_path
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.spec import TaskSpec
 

@@ -19,8 +19,8 @@ from flow_sdk.protocol import BootConfig
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._config import check_ssh_cidr
 from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, TOKEN_HEADER, TTL_HEADER
-from flow_sdk.providers.aws._resources import NODE_POLICY_NAME, node_policy
-from flow_sdk.providers.aws._simulate import FakeImds
+from flow_sdk.providers.aws._iam import NODE_POLICY_NAME, node_policy
+from fake_imds import FakeImds
 from flow_sdk.providers.base import LaunchRequest
 
 STORE = f"s3://{BUCKET}/flow/"
@@ -87,14 +87,14 @@ def test_node_policy_grants_only_what_nodes_call() -> None:
 
 def test_an_older_profile_policy_is_brought_up_to_date(aws: AwsWorld) -> None:
     provider = aws.provider()
-    name, _created = provider._instance_profile()
+    name, _created = provider.nodes.instance_profile()
     iam = aws.client("iam")
     old = {"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}]}
     iam.put_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME,
                         PolicyDocument=json.dumps(old))
     again = aws.provider()
-    assert again._instance_profile() == (name, False)  # exists: not created again
+    assert again.nodes.instance_profile() == (name, False)  # exists: not created again
     role_arn = iam.get_role(RoleName=name)["Role"]["Arn"]
     current = iam.get_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME)
     assert current["PolicyDocument"] == node_policy(BUCKET, "flow/", "/flow/", STORE, role_arn)

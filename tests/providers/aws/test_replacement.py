@@ -11,7 +11,7 @@ import base64
 import time
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, launch, spec
+from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, launch, node_config_of, spec
 
 from flow_sdk import protocol
 from flow_sdk.errors import CapacityError, ProviderError
@@ -29,7 +29,7 @@ def tag_dict(tags: list[dict[str, str]]) -> dict[str, str]:
 def node_provider(world: AwsWorld, client: AwsProvider, instance_id: str,
                   recorder: Recorder | None = None) -> AwsProvider:
     """The provider a node's agent builds from FLOW_BOOT (the user-data's config)."""
-    return world.provider(recorder, **client.node_config_of(instance_id, "us-east-1"))
+    return world.provider(recorder, **node_config_of(client, instance_id, "us-east-1"))
 
 
 def replace(node: AwsProvider, task_id: str, task_spec: TaskSpec, count: int = 1

@@ -21,7 +21,8 @@ from flow_testing import wait_until
 from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, protocol
 from flow_sdk.protocol import LaunchRecord
 from flow_sdk.providers.aws import AwsProvider
-from flow_sdk.providers.aws._simulate import FakeImds
+from flow_sdk.providers.aws._simulate import SimulatedNodes
+from fake_imds import FakeImds
 
 pytestmark = pytest.mark.slow
 
@@ -155,7 +156,7 @@ def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
                              max_price_per_hour=0.10)(_resilient)
     task = resilient.spawn()
     provider = task.provider
-    assert isinstance(provider, AwsProvider) and provider.simulation is not None
+    assert isinstance(provider, AwsProvider) and isinstance(provider.runtime, SimulatedNodes)
     try:
         # the launch record carries each node's real offer price and market
         raw_launch = provider.store.get(protocol.launch_key(task.task_id))
@@ -172,7 +173,7 @@ def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
                    "both ranks ready")
         first = {n.node: n.instance_id for n in task.nodes()}
         lost = first[1]
-        os.kill(provider.simulation.agent_pid(task.task_id, lost), signal.SIGKILL)
+        os.kill(provider.runtime.agent_pid(task.task_id, lost), signal.SIGKILL)
         results = task.results(timeout=180)
     finally:
         if not task.status.is_terminal:

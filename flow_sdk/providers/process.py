@@ -1,9 +1,12 @@
-"""Process bookkeeping for providers that run nodes as local processes (Linux /proc first)."""
+"""Process bookkeeping for nodes that run as processes on this machine (Linux /proc first):
+the local provider's nodes, the aws node runtime of the tests, and the node agent's
+workers."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,3 +73,10 @@ def kill_group(pgid: int, grace_s: float = 3.0, reap: Callable[[], None] | None 
     if reap is not None:
         time.sleep(0.05)
         reap()
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``address`` now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])

@@ -22,7 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from flow_sdk.spec import VolumeSpec
-from flow_sdk.volumes.errors import VolumeError, VolumeInUseError
+from flow_sdk.errors import VolumeError, VolumeInUseError
 
 TAG_VOLUME = "flow:volume"
 DEVICES = tuple(f"/dev/sd{letter}" for letter in "fghijklmnop")

@@ -13,14 +13,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from flow_sdk.providers.aws import _ebs as ebs
+from flow_sdk.providers.aws import _efs as efs
 from flow_sdk.spec import VolumeSpec
 from flow_sdk.volumes import (
     VolumeError,
     VolumeInUseError,
     create_volume,
     delete_volume,
-    ebs,
-    efs,
     list_volumes,
 )
 

@@ -28,7 +28,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from flow_sdk.spec import VolumeSpec
-from flow_sdk.volumes.errors import VolumeError, VolumeInUseError
+from flow_sdk.errors import VolumeError, VolumeInUseError
 
 NFS_PORT = 2049
 MOUNT_OPTIONS = "nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport"

@@ -1,5 +1,7 @@
 """Named volumes of the ``local`` provider: directories under the flow data dir.
 
+``LocalProviderVolumes`` is ``LocalProvider.volumes``; ``LocalVolumes`` keeps the directories.
+
 Layout, under the local provider's root (``$FLOW_HOME/local`` by default)::
 
     volumes/<name>/volume.json   name, size_gb, interface, created_at
@@ -25,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from flow_sdk.spec import VolumeSpec
-from flow_sdk.volumes.errors import VolumeError, VolumeInUseError
+from flow_sdk import protocol
+from flow_sdk.errors import VolumeError, VolumeInUseError
+from flow_sdk.providers.base import Log, NodeMount, Provider, VolumeInfo, Volumes
+from flow_sdk.spec import TaskSpec, VolumeSpec
 
 VOLUME_FILE = "volume.json"
 DATA_DIR = "data"
@@ -180,3 +184,72 @@ class LocalVolumes:
                 return handle.read().strip() or "unknown"
             fcntl.flock(handle, fcntl.LOCK_UN)
         return None
+
+
+def running_tasks_using(provider: Provider, name: str) -> tuple[str, ...]:
+    """Tasks of ``provider`` with no outcome yet, a live node, and volume ``name``."""
+    users = []
+    for key in provider.store.list("tasks/"):
+        if not key.endswith("/task.json"):
+            continue
+        task_id = key.split("/")[1]
+        if provider.store.exists(protocol.outcome_key(task_id)):
+            continue
+        raw = provider.store.get(key)
+        if raw is None:
+            continue
+        volumes = json.loads(raw).get("spec", {}).get("volumes", {})
+        if any(v.get("name") == name for v in volumes.values()) and any(
+                i.state != "terminated" for i in provider.list_instances(task_id)):
+            users.append(task_id)
+    return tuple(users)
+
+
+class LocalProviderVolumes(Volumes):
+    """``LocalProvider.volumes``: directories under the provider's root; S3 mount caches
+    under ``<root>/cache/s3``, shared by the local nodes of a task."""
+
+    def __init__(self, provider: Provider, root: Path) -> None:
+        self.provider = provider
+        self.root = Path(root)
+        self.dirs = LocalVolumes(self.root)
+
+    def _info(self, volume: LocalVolume) -> VolumeInfo:
+        return VolumeInfo(volume.name, volume.interface, volume.size_gb, self.provider.name,
+                          str(volume.data), None, volume.created_at,
+                          running_tasks_using(self.provider, volume.name))
+
+    def list(self) -> list[VolumeInfo]:
+        return [self._info(v) for v in self.dirs.list()]
+
+    def ensure(self, spec: VolumeSpec, *, zone: str | None = None) -> VolumeInfo:
+        volume, _created = self.dirs.ensure(spec)
+        return self._info(volume)
+
+    def delete(self, name: str, *, force: bool = False) -> bool:
+        if not force:
+            users = running_tasks_using(self.provider, name)
+            if users:
+                raise VolumeInUseError(f"volume {name!r} is used by running task(s) "
+                                       f"{', '.join(users)}; cancel them or pass force=True")
+        return self.dirs.delete(name)
+
+    def node_mounts(self, spec: TaskSpec, task_id: str, log: Log) -> list[NodeMount]:
+        """Each volume's directory, created when missing; a block volume is held by this
+        node (process) until it exits."""
+        mounts = []
+        for path, volume in sorted(spec.volumes.items()):
+            found, created = self.dirs.ensure(volume)
+            if volume.interface == "block":
+                self.dirs.attach(volume.name, task_id)
+            log(f"volume {volume.name!r} ({volume.interface}) at {path}: "
+                f"{'created' if created else 'existing'} {found.data}")
+            mounts.append(NodeMount(path, found.data, False,
+                                    f"volume {volume.name} ({volume.interface})"))
+        return mounts
+
+    def local_path(self, name: str) -> Path | None:
+        return self.dirs.path(name) / DATA_DIR
+
+    def shared_mount_caches(self) -> Path | None:
+        return self.root / "cache" / "s3"

@@ -1,0 +1,172 @@
+"""What every job of the aws provider shares: its settings and clients, the node runtime,
+the volumes, the gang launcher, and how a task's instances are found (by task tag, in the
+task's regions) and reported.
+
+``AwsProvider`` builds one ``AwsNodes``; launch (``_gang``), replacement (``_replace``),
+SSH (``_ssh``), teardown (``_teardown``) and ``gc`` (``_gc``) each take it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from flow_sdk import protocol
+from flow_sdk.errors import ProviderError
+from flow_sdk.protocol import TaskRecord
+from flow_sdk.providers.aws import _userdata
+from flow_sdk.providers.aws._clients import Clients
+from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.aws._iam import ensure_instance_profile
+from flow_sdk.providers.aws._launch import GangLauncher
+from flow_sdk.providers.aws._resources import (
+    TAG_ATTEMPT,
+    TAG_PRICE,
+    TAG_TASK,
+    tag_value,
+)
+from flow_sdk.providers.aws._runtime import NodeRuntime
+from flow_sdk.providers.aws._volumes import AwsVolumes
+from flow_sdk.providers.base import Instance, InstanceState, ObjectStore
+from flow_sdk.spec import TaskSpec
+
+_STATES: dict[str, InstanceState] = {"pending": "pending", "running": "running"}
+
+
+@dataclass(frozen=True)
+class InstanceDetail:
+    """One EC2 instance of a task, as ``describe`` reports it."""
+
+    instance_id: str
+    instance_type: str
+    zone: str
+    market: str
+    state: str
+    address: str
+    public_ip: str | None
+    attempt: str | None
+    launched_at: float
+
+
+@dataclass
+class AwsNodes:
+    """The aws provider's shared parts (see the module docstring)."""
+
+    cfg: AwsConfig
+    clients: Clients
+    runtime: NodeRuntime
+    volumes: AwsVolumes
+    store: ObjectStore
+    bucket_name: Callable[[], str]
+    launcher: GangLauncher = field(default_factory=GangLauncher)
+    task_regions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    task_efa: dict[str, bool] = field(default_factory=dict)
+    _profile: tuple[str, bool] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def store_tag(self) -> str:
+        """Tagged on every resource this provider creates; ``gc`` touches only its own."""
+        return f"s3://{self.bucket_name()}/{self.cfg.prefix}"
+
+    def instance_profile(self, mounts: Sequence[str] = ()) -> tuple[str, bool]:
+        """The nodes' instance profile and whether it is new; a task's S3 mounts add read
+        grants to its policy."""
+        with self._lock:
+            if self._profile is None or mounts:
+                name, fresh = ensure_instance_profile(self.clients, self.cfg,
+                                                      self.bucket_name(), self.store_tag,
+                                                      mounts)
+                fresh = fresh or (self._profile is not None and self._profile[1])
+                self._profile = (name, fresh)
+            return self._profile
+
+    def render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
+                         boot_env: Mapping[str, str], max_run_time_hours: float | None,
+                         *, bucket: str | None = None, volume_mounts: str = "") -> str:
+        """The user-data of one gang's nodes (and of their replacements); ``volume_mounts``
+        are the bash lines that mount the task's volumes (``AwsVolumes.provision``)."""
+        node_config = self.cfg.for_node(task_id, region, attempt).to_dict()
+        node_config["bucket"] = bucket if bucket is not None else self.bucket_name()
+        boot_json = _userdata.node_boot_env(boot_env, node_config)
+        return _userdata.render_for(
+            boot_json, self.cfg.agent_pip, spec.image, spec.gpu is not None,
+            spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
+            max_run_time_hours, volume_mounts)
+
+    # -- discovery --------------------------------------------------------------------------
+
+    def regions_for(self, task_id: str) -> tuple[str, ...]:
+        """The regions the task's instances live in: the node's own, the launch's, else the
+        task record's region or every launch region."""
+        launch = self.cfg.launch
+        if launch is not None and launch.task_id == task_id:
+            return (launch.region,)
+        cached = self.task_regions.get(task_id)
+        if cached is not None:
+            return cached
+        regions = self.cfg.launch_regions
+        raw = self.store.get(protocol.task_key(task_id))
+        if raw is not None:
+            spec = TaskRecord.from_json(raw).spec
+            if spec.get("region"):
+                regions = (str(spec["region"]),)
+            self.task_efa[task_id] = _userdata.interconnect_of(
+                spec.get("internode_interconnect")) == "efa"
+        self.task_regions[task_id] = regions
+        return regions
+
+    def instance(self, task_id: str, raw: Mapping[str, Any]) -> Instance:
+        address = self.runtime.address(str(raw.get("PrivateIpAddress") or ""))
+        state = _STATES.get(raw.get("State", {}).get("Name", ""), "terminated")
+        price = tag_value(dict(raw), TAG_PRICE)
+        return Instance(
+            str(raw["InstanceId"]), task_id, address, state, raw["LaunchTime"].timestamp(),
+            usd_per_hour=float(price) if price else 0.0,
+            market="spot" if raw.get("InstanceLifecycle") == "spot" else "on-demand",
+            instance_type=str(raw.get("InstanceType", "")),
+            zone=raw.get("Placement", {}).get("AvailabilityZone"))
+
+    def instances(self, task_id: str, raws: Sequence[Mapping[str, Any]]) -> list[Instance]:
+        return sorted((self.instance(task_id, raw) for raw in raws),
+                      key=lambda i: i.instance_id)
+
+    def describe_in_regions(self, task_id: str, states: list[str] | None = None
+                            ) -> list[tuple[str, dict[str, Any]]]:
+        """Every instance of the task: ONE paged describe_instances by task tag per region
+        (a node sees its own gang only)."""
+        filters = [{"Name": f"tag:{TAG_TASK}", "Values": [task_id]}]
+        launch = self.cfg.launch
+        if launch is not None and launch.task_id == task_id:
+            filters.append({"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(launch.attempt)]})
+        if states is not None:
+            filters.append({"Name": "instance-state-name", "Values": states})
+        found: list[tuple[str, dict[str, Any]]] = []
+        for region in self.regions_for(task_id):
+            ec2 = self.clients.get("ec2", region)
+            try:
+                for page in ec2.get_paginator("describe_instances").paginate(
+                        Filters=filters, PaginationConfig={"PageSize": 1000}):
+                    found.extend((region, i) for r in page["Reservations"]
+                                 for i in r["Instances"])
+            except (ClientError, BotoCoreError) as exc:
+                raise ProviderError(f"could not list the instances of task {task_id} in "
+                                    f"{region}: {exc}") from exc
+        return found
+
+    def describe(self, task_id: str) -> list[InstanceDetail]:
+        """The task's instances with type, zone, market and addresses, by instance id."""
+        details = []
+        for _region, raw in self.describe_in_regions(task_id):
+            base = self.instance(task_id, raw)
+            details.append(InstanceDetail(
+                instance_id=base.instance_id, instance_type=str(raw.get("InstanceType")),
+                zone=str(raw.get("Placement", {}).get("AvailabilityZone")),
+                market=base.market, state=str(raw.get("State", {}).get("Name")),
+                address=base.address, public_ip=raw.get("PublicIpAddress"),
+                attempt=tag_value(raw, TAG_ATTEMPT), launched_at=base.launched_at))
+        return sorted(details, key=lambda d: d.instance_id)

@@ -1,0 +1,121 @@
+"""The provider contract: one set of tests every provider passes (``local`` and the simulated
+``aws`` here; see conftest.py). Launch, list, terminate, object store, log store, volumes and
+gc, through the ``Provider`` interface only: nothing here branches on the provider."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from contract_helpers import Contract
+from flow_testing import processes_with_env, wait_until
+
+from flow_sdk import TaskStatus, protocol
+from flow_sdk.protocol import Outcome
+from flow_sdk.providers.base import LogRecord
+from flow_sdk.spec import VolumeSpec
+
+
+def _where_am_i() -> dict[str, Any]:
+    return {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
+            "node": int(os.environ["FLOW_NODE_RANK"])}
+
+
+def _sleeps() -> None:
+    time.sleep(600)
+
+
+@pytest.mark.slow
+def test_launch_list_and_terminate(contract: Contract, flow_home: Path) -> None:
+    task = contract.app("contract").function(num_instances=2, priority="high")(
+        _where_am_i).spawn()
+    provider = task.provider
+    try:
+        listed = provider.list_instances(task.task_id)
+        results = task.results(timeout=180)
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()
+    assert task.status is TaskStatus.SUCCEEDED
+    assert results == [{"rank": r, "world": 2, "node": r} for r in range(2)]
+    assert len(listed) == 2 and [i.instance_id for i in listed] == sorted(
+        i.instance_id for i in listed)
+    assert all(i.task_id == task.task_id and i.address for i in listed)
+    provider.terminate(task.task_id)  # idempotent after the task's own teardown
+    assert all(i.state == "terminated" for i in provider.list_instances(task.task_id))
+    wait_until(lambda: processes_with_env("FLOW_HOME", str(flow_home)) == [], 15,
+               "every node process stopped")
+
+
+@pytest.mark.slow
+def test_gc_reports_on_a_dry_run_and_reclaims_an_ended_task(contract: Contract,
+                                                            flow_home: Path) -> None:
+    task = contract.app("contract-gc").function(priority="high")(_sleeps).spawn()
+    provider = task.provider
+    try:
+        wait_until(lambda: any(n.phase == "running" for n in task.nodes()), 120,
+                   "the node runs the function")
+        provider.store.put_if_absent(protocol.outcome_key(task.task_id), protocol.to_json(
+            Outcome("FAILED", "written by the test", time.time())))  # ended, not torn down
+
+        dry = provider.gc(dry_run=True)
+        assert dry.dry_run and dry.reasons == {task.task_id: "task ended FAILED"}
+        assert dry.live_tasks == []
+        assert [i.state for i in provider.list_instances(task.task_id)] == ["running"]
+
+        done = provider.gc()
+        assert done.reasons == {task.task_id: "task ended FAILED"}
+        assert done.stopped_processes or done.terminated_instances
+        assert [i.state for i in provider.list_instances(task.task_id)] == ["terminated"]
+        wait_until(lambda: processes_with_env("FLOW_HOME", str(flow_home)) == [], 15,
+                   "every node process stopped")
+        assert provider.gc().reasons == {}  # nothing left to reclaim
+    finally:
+        provider.terminate(task.task_id)
+
+
+def test_object_store(contract: Contract) -> None:
+    store = contract.provider().store
+    prefix = f"contract/{secrets.token_hex(4)}/"
+    store.put(prefix + "a", b"one")
+    assert store.get(prefix + "a") == b"one" and store.exists(prefix + "a")
+    assert store.get(prefix + "missing") is None and not store.exists(prefix + "missing")
+    assert store.put_if_absent(prefix + "b", b"two") is True
+    assert store.put_if_absent(prefix + "b", b"three") is False
+    assert store.get(prefix + "b") == b"two"
+    assert store.list(prefix) == [prefix + "a", prefix + "b"]
+    assert store.delete_prefix(prefix) == 2
+    assert store.list(prefix) == []
+
+
+def test_log_store_pages_with_a_cursor(contract: Contract) -> None:
+    logs = contract.provider().logs
+    task_id = f"contract-{secrets.token_hex(4)}"
+    now = time.time()
+    writer = logs.writer(task_id, "node0.rank0")
+    writer.write([LogRecord(now, "one"), LogRecord(now + 0.001, "two")])
+    writer.close()
+    assert "node0.rank0" in logs.streams(task_id)
+    first, cursor = logs.read(task_id, "node0.rank0")
+    assert [r.text for r in first] == ["one", "two"]
+    writer = logs.writer(task_id, "node0.rank0")
+    writer.write([LogRecord(now + 0.002, "three")])
+    writer.close()
+    rest, _ = logs.read(task_id, "node0.rank0", cursor)
+    assert [r.text for r in rest] == ["three"]  # nothing read twice
+
+
+def test_volumes_ensure_list_delete(contract: Contract) -> None:
+    volumes = contract.provider().volumes
+    spec = VolumeSpec(name="contract-vol", size_gb=100, interface="file")
+    made = volumes.ensure(spec)
+    assert (made.name, made.interface, made.provider) == ("contract-vol", "file", contract.name)
+    assert volumes.ensure(spec).location == made.location  # found, not made again
+    assert [(v.name, v.interface) for v in volumes.list()] == [("contract-vol", "file")]
+    assert volumes.delete("contract-vol") is True
+    assert volumes.list() == []
+    assert volumes.delete("contract-vol") is False

@@ -24,7 +24,8 @@ from flow_sdk.errors import ValidationError
 from flow_sdk.protocol import TaskStatus
 from flow_sdk.script_imports import local_module_files
 from flow_sdk.spec import build_task_spec
-from flow_sdk.task import LOG_SOURCES, Task
+from flow_sdk.task import Task
+from flow_sdk.tasklogs import LOG_SOURCES
 
 
 class Stopped(KeyboardInterrupt):

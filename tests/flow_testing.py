@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,10 @@ def wait_until(predicate: object, timeout: float, what: str, interval: float = 0
 
 
 def run_on_terminal(argv: list[str], timeout: float = 120,
-                    answer: tuple[bytes, bytes] | None = None) -> tuple[int, str]:
+                    answers: Sequence[tuple[bytes, bytes]] = ()) -> tuple[int, str]:
     """Run ``argv`` with a pseudo-terminal as its stdin, stdout and stderr (as a user's shell
-    would); returns (exit code, everything it wrote). ``answer`` = (prompt, reply): type the
-    reply once the prompt appears."""
+    would); returns (exit code, everything it wrote). ``answers``: (prompt, reply) pairs in
+    order: each reply is typed once its prompt has appeared (an empty prompt: at once)."""
     import os
     import pty
     import select
@@ -57,10 +57,12 @@ def run_on_terminal(argv: list[str], timeout: float = 120,
     if pid == 0:  # the child: the command on the terminal
         os.execvp(argv[0], argv)
     output = b""
-    answered = answer is None
+    pending = list(answers)
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            while pending and pending[0][0] in output:
+                os.write(fd, pending.pop(0)[1])
             ready, _, _ = select.select([fd], [], [], 0.2)
             if fd in ready:
                 try:
@@ -70,9 +72,6 @@ def run_on_terminal(argv: list[str], timeout: float = 120,
                 if not chunk:
                     break
                 output += chunk
-            if not answered and answer is not None and answer[0] in output:
-                os.write(fd, answer[1])
-                answered = True
     finally:
         os.close(fd)
     _, status = os.waitpid(pid, 0)

@@ -38,7 +38,8 @@ def _run(aws: AwsWorld, tmp_path: Path, *extra: str,
     config = json.dumps(aws.config(simulate={"root": str(aws.sim_root)}))
     code, out = run_on_terminal(["flow", "run", "--provider", "aws", "--provider-config", config,
                                  "-N", "2", "--priority", "high", "--max-run-time-hours", "2",
-                                 *extra, str(script)], timeout=180, answer=answer)
+                                 *extra, str(script)], timeout=180,
+                                answers=[answer] if answer is not None else [])
     return code, _ANSI.sub("", out)
 
 

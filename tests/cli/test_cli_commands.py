@@ -4,8 +4,6 @@ provider: run, status, list, logs, ssh, cancel, plan, gc, and what their exit co
 from __future__ import annotations
 
 import json
-import os
-import pty
 import select
 import shutil
 import signal
@@ -16,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from flow_testing import processes_with_env, wait_until
+from flow_testing import processes_with_env, run_on_terminal, wait_until
 
 from flow_sdk import Task, TaskStatus
 from flow_sdk.task import list_client_records
@@ -157,31 +155,11 @@ def test_detached_task_ssh_follow_and_cancel(flow_home: Path, tmp_path: Path) ->
 def _pty_shell(task_id: str, node: int) -> tuple[int, bool]:
     """``flow ssh TASK --node N`` on a terminal: type two commands, return (exit code, whether
     the node's answer came back)."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the console script on the pty
-        os.execv(FLOW, [FLOW, "ssh", task_id, "--node", str(node)])
-    output = b""
-    try:
-        os.write(fd, b"echo marker-$FLOW_NODE_RANK-$((6*7))\n")
-        deadline = time.monotonic() + 30
-        sent_exit = False
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if fd in ready:
-                try:
-                    chunk = os.read(fd, 4096)
-                except OSError:  # the pty closed: the client exited
-                    break
-                if not chunk:
-                    break
-                output += chunk
-            if not sent_exit and f"marker-{node}-42".encode() in output:
-                os.write(fd, b"exit 9\n")
-                sent_exit = True
-    finally:
-        os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), f"marker-{node}-42".encode() in output
+    marker = f"marker-{node}-42"
+    code, out = run_on_terminal([FLOW, "ssh", task_id, "--node", str(node)], timeout=30,
+                                answers=[(b"", b"echo marker-$FLOW_NODE_RANK-$((6*7))\n"),
+                                         (marker.encode(), b"exit 9\n")])
+    return code, marker in out
 
 
 def test_ctrl_c_cancels_the_run_and_exits_130(flow_home: Path, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from flow_sdk.cli._options import F, backend, provider_config_of, spec_kwargs, s
 from flow_sdk.cli._output import emit_json, table
 from flow_sdk.errors import FieldProblem, FlowError, ValidationError
 from flow_sdk.providers import available_providers, get_provider
-from flow_sdk.spec import build_task_spec
+from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.task import list_client_records
 
 
@@ -54,17 +54,19 @@ def plan(provider: str, provider_config: str | None, as_json: bool, **spec: Any)
 
 
 def _gc_targets(names: tuple[str, ...]) -> list[tuple[str, dict[str, Any] | None]]:
-    """(provider, config) pairs: those named, else local plus every other provider this
-    machine's tasks used (each distinct configuration once)."""
+    """(provider, config) pairs: those named, else the default provider plus every provider
+    configuration this machine's tasks used, each distinct one once."""
     if names:
         return [(name, None) for name in names]
-    targets: list[tuple[str, dict[str, Any] | None]] = [("local", None)]
-    seen = {("local", "null")}
+    default = TaskSpec.model_fields["provider"].default
+    targets: list[tuple[str, dict[str, Any] | None]] = [(default, None)]
+    seen = {(default, json.dumps(get_provider(default).config(), sort_keys=True))}
     for rec in list_client_records():
-        key = (rec["provider"], json.dumps(rec.get("provider_config"), sort_keys=True))
-        if rec["provider"] != "local" and key not in seen:
+        config = rec.get("provider_config")
+        key = (rec["provider"], json.dumps(config or {}, sort_keys=True))
+        if key not in seen:
             seen.add(key)
-            targets.append((rec["provider"], rec.get("provider_config")))
+            targets.append((rec["provider"], config))
     return targets
 
 

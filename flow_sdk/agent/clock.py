@@ -16,6 +16,10 @@ from flow_sdk.protocol import AgentUp
 from flow_sdk.signing import SignedStore
 from flow_sdk.spec import TaskSpec
 
+# A node that arrives just before the deadline still gets this long (at most the availability
+# timeout itself) to connect to the leader's store and pass the start barrier.
+JOIN_GRACE_S = 10.0
+
 
 def mark_up(store: SignedStore, task_id: str, instance_id: str, now: float) -> None:
     """Record that this node's agent is up (once; a restarted agent keeps its first time)."""
@@ -43,3 +47,8 @@ def availability_deadline(store: SignedStore, task_id: str, spec: TaskSpec, gene
     if generation:
         return now + spec.boot_timeout_s + spec.availability_timeout_s
     return first_up(store, task_id, now) + spec.availability_timeout_s
+
+
+def remaining(deadline: float, now: float, floor: float = 0.0) -> float:
+    """Seconds of the availability clock left at ``now``, at least ``floor``."""
+    return max(deadline - now, floor)

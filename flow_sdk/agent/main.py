@@ -183,16 +183,17 @@ class Agent:
                         deadline: float | None) -> Next:
         replaced = self._replaced() if gen else set()
         until = clock.availability_deadline(self.store, self.task_id, spec, gen, time.time())
+        grace = min(clock.JOIN_GRACE_S, spec.availability_timeout_s)
 
-        def left() -> float:  # of the availability clock (it started with the first agent)
-            return max(until - time.time(), 0.0)
+        def left(floor: float = grace) -> float:  # of the clock that began at the first agent
+            return clock.remaining(until, time.time(), floor)
 
         try:
             membership = discover(lambda: [i for i in self.provider.list_instances(self.task_id)
                                            if i.instance_id not in replaced],
                                   self.instance_id, expected=spec.num_instances,
                                   minimum=spec.min_instances or spec.num_instances,
-                                  timeout_s=left())
+                                  timeout_s=left(0.0))
             self._write_node(membership, NodePhase.RENDEZVOUS)
             self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
                      f"{membership.leader_address}")

@@ -26,6 +26,10 @@ def test_a_late_node_gets_what_is_left_of_the_first_agents_clock(tmp_path: Path)
     # a restarted agent keeps its first time
     clock.mark_up(store, "t-1", "i-a", 2000.0)
     assert clock.first_up(store, "t-1", default=5000.0) == 1000.0
+    # what is left, with a grace to finish joining for a node that arrives at the deadline
+    assert clock.remaining(1300.0, now=1100.0) == 200.0
+    assert clock.remaining(1300.0, now=1400.0) == 0.0
+    assert clock.remaining(1300.0, now=1299.0, floor=clock.JOIN_GRACE_S) == clock.JOIN_GRACE_S
     # a later generation waits for replacements, which boot first: both clocks, from now
     assert clock.availability_deadline(store, "t-1", spec, 1, now=3000.0) == 4500.0
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +138,65 @@ def test_a_node_that_never_learned_its_id_ships_nothing(tmp_path: Path) -> None:
                  + "flow_ship_boot_log; echo done", {"PATH": f"{bin_dir}:/usr/bin:/bin"})
     assert done.returncode == 0 and done.stdout == "done\n"
     assert not (tmp_path / "aws-calls").exists()
+
+
+def _boot(tmp_path: Path, wheel: bytes, **code: str) -> tuple[list[str], list[dict[str, object]]]:
+    """Run the whole rendered user-data as a node would, its state directories moved under
+    ``tmp_path`` and fakes for IMDS (curl), the AWS CLI (the store holds ``wheel``; log events
+    are recorded) and shutdown. Returns the calls the fakes saw and the boot events shipped."""
+    script = _script(**code)
+    state, opt = tmp_path / "state", tmp_path / "opt"
+    script = script.replace("/var/lib/flow", str(state)).replace("/opt/flow", str(opt))
+    stored = tmp_path / "stored.whl"
+    stored.write_bytes(wheel)
+    calls, events = tmp_path / "calls", tmp_path / "events"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fakes = {
+        "curl": 'case "$*" in *api/token*) echo tok;; *instance-id*) echo i-0abc;;\n'
+                '  *local-ipv4*) echo 127.0.0.1;; *) exit 22;; esac\n',
+        "aws": f'echo "aws $*" >> {calls}\n'
+               f'if [ "$1 $2" = "s3 cp" ]; then cp {stored} "${{@: -1}}"; fi\n'
+               'for a in "$@"; do case "$a" in file://*) cat "${a#file://}" >> '
+               f'{events}; echo >> {events};; esac; done\n',
+        "shutdown": f'echo "shutdown $*" >> {calls}\n',
+    }
+    for name, body in fakes.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "user-data.sh").write_text(script)
+    path = f"{bin_dir}:{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/bin"
+    with (tmp_path / "console").open("wb") as console:
+        node = subprocess.Popen(["/bin/bash", str(tmp_path / "user-data.sh")],
+                                env={"PATH": path}, stdin=subprocess.DEVNULL, stdout=console,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            node.wait(timeout=120)
+        finally:  # the boot timeout's watchdog and the log tee outlive the script here
+            os.killpg(node.pid, signal.SIGKILL)
+    shipped = [event for line in events.read_text().splitlines() if line.strip()
+               for event in json.loads(line)] if events.exists() else []
+    return calls.read_text().splitlines(), shipped
+
+
+def test_a_node_given_a_tampered_wheel_ships_why_and_powers_off(tmp_path: Path) -> None:
+    calls, shipped = _boot(tmp_path, b"not the caller's code", sha256="cd" * 32)
+    assert calls[-1] == "shutdown -h now"
+    assert not (tmp_path / "opt" / "venv").exists()  # nothing was installed
+    assert any("put-log-events" in c and "boot.i-0abc" in c for c in calls)
+    messages = [str(e["message"]) for e in shipped]
+    refusal = next(m for m in messages if "does not have SHA-256" in m)
+    assert "cd" * 32 in refusal and "nothing was installed" in refusal
+    assert any("finished with exit code 1; powering off" in m for m in messages)
+    stamps = [int(str(e["timestamp"])) for e in shipped]
+    assert stamps == sorted(stamps) and stamps[0] > 1_600_000_000_000
+
+
+def test_a_node_of_another_python_ships_why_and_powers_off(tmp_path: Path) -> None:
+    wheel = b"the caller's code"
+    calls, shipped = _boot(tmp_path, wheel, sha256=hashlib.sha256(wheel).hexdigest(),
+                           python="3.99")
+    assert calls[-1] == "shutdown -h now"
+    assert not (tmp_path / "opt" / "venv").exists()
+    assert any(f"runs Python {sdkwheel.python_version()}, but the caller runs Python 3.99"
+               in str(e["message"]) for e in shipped)

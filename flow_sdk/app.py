@@ -11,7 +11,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from flow_sdk import headjob, payload, progress, protocol, script_imports, scripts, signing
+from flow_sdk import (
+    headjob,
+    payload,
+    progress,
+    protocol,
+    script_imports,
+    scripts,
+    sdkwheel,
+    signing,
+)
 from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
 from flow_sdk.protocol import BootConfig, LaunchedNode, LaunchRecord, Outcome, TaskRecord, TaskStatus
 from flow_sdk.providers import get_provider
@@ -185,7 +194,7 @@ def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
         store.put(protocol.payload_key(digest), blob)
     rdzv_port, master_port = provider.rendezvous_ports()
     record = TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), rdzv_port,
-                        master_port)
+                        master_port, python=sdkwheel.python_version())
     signed.put_record(protocol.task_key(task_id), record)
     save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
                                            "created_at": record.created_at})

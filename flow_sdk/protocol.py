@@ -96,6 +96,11 @@ def payload_key(digest: str) -> str:
     return f"payloads/{digest}"
 
 
+def code_key(sha256: str) -> str:
+    """The caller's SDK wheel (``flow_sdk.sdkwheel``), content-addressed by its SHA-256."""
+    return f"code/{sha256}.whl"
+
+
 def task_key(task_id: str) -> str:
     return f"tasks/{task_id}/task.json"
 
@@ -116,6 +121,16 @@ def restarts_prefix(task_id: str) -> str:
 def decider_key(task_id: str, generation: int) -> str:
     """Claimed (put_if_absent) by the one node that decides how a failed generation ends."""
     return f"tasks/{task_id}/decider/{generation:06d}"
+
+
+def agent_up_key(task_id: str, instance_id: str) -> str:
+    """Written (put_if_absent) by a node's agent when it starts: the availability clock runs
+    from the earliest of them."""
+    return f"tasks/{task_id}/up/{instance_id}"
+
+
+def agents_up_prefix(task_id: str) -> str:
+    return f"tasks/{task_id}/up/"
 
 
 def launch_key(task_id: str) -> str:
@@ -208,6 +223,7 @@ class TaskRecord:
     created_at: float
     rdzv_port: int
     master_port: int
+    python: str = ""  # the caller's Python major.minor; the nodes refuse another one
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskRecord:
@@ -234,6 +250,18 @@ class LaunchRecord:
     def from_json(cls, data: bytes) -> LaunchRecord:
         raw = _fields_of(cls, data)
         return cls(raw["launched_at"], [LaunchedNode(**n) for n in raw["nodes"]])
+
+
+@dataclass(frozen=True)
+class AgentUp:
+    """When a node's agent came up (epoch seconds, the node's clock)."""
+
+    instance_id: str
+    up_at: float
+
+    @classmethod
+    def from_json(cls, data: bytes) -> AgentUp:
+        return cls(**_fields_of(cls, data))
 
 
 @dataclass(frozen=True)

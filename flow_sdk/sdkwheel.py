@@ -8,7 +8,7 @@ metadata pins the SDK's dependencies to the versions installed beside the caller
 resolves the same versions. A node checks the digest it was given in its launch
 configuration before it installs anything (``verify``).
 
-Wheels are cached in ``<cache dir>/<source digest>.whl``: building again for unchanged
+Wheels are cached in ``<flow home>/wheels/<source digest>.whl``: building again for unchanged
 sources reads the cache and packs nothing.
 """
 
@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flow_sdk._config import flow_home
 from flow_sdk.errors import PayloadError
 
 DIST_NAME = "flow-gang-sdk"  # the distribution name; free on the public index (see README)
@@ -42,6 +43,23 @@ _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 class CodeIntegrityError(PayloadError):
     """The SDK wheel a node fetched is not the one the caller shipped."""
+
+
+class PythonMismatchError(PayloadError):
+    """The node runs another Python minor version than the caller."""
+
+
+def require_python(caller: str) -> None:
+    """Raise PythonMismatchError unless this interpreter's ``major.minor`` is ``caller``'s
+    (a record without one, from an older client, is not checked)."""
+    mine = python_version()
+    if caller and caller != mine:
+        raise PythonMismatchError(
+            f"the task was launched from Python {caller}, but this node runs Python {mine}; "
+            "the function and its arguments were pickled by cloudpickle, which does not work "
+            f"across Python minor versions. Launch from Python {mine}, or run the nodes on "
+            f"an image with Python {caller} (provider_config ami_id and image_python, or "
+            "the task's image=)")
 
 
 @dataclass(frozen=True)
@@ -166,8 +184,8 @@ def wheel_name(version: str) -> str:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "flow-sdk" / "wheels"
+    """``<flow home>/wheels`` (``$FLOW_HOME``, else ``~/.flow``)."""
+    return flow_home(create=False) / "wheels"
 
 
 def build(cache_dir: Path | None = None, root: Path | None = None) -> SdkWheel:

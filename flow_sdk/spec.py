@@ -207,6 +207,11 @@ class TaskSpec(_Frozen):
     max_run_time_hours: float | None = None
     priority: Priority = "med"
     internode_interconnect: Interconnect | None = None
+    # From launch until a node's agent is up (install, image pull, volumes); a node that is
+    # not up by then powers off. 20 minutes fits a cold pip install plus a large image pull.
+    boot_timeout_s: float = Field(default=1200.0, gt=0, le=24 * 3600)
+    # From the first agent up until every node has joined (then the task fails, naming who
+    # is missing, or proceeds with min_instances).
     availability_timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
     max_restarts: int = Field(default=0, ge=0, le=100)
     preflight: bool = False

@@ -48,7 +48,7 @@ def _require_paramiko() -> None:
     try:
         import paramiko  # noqa: F401
     except ImportError as exc:
-        raise SshError("SSH needs paramiko: pip install 'flow-sdk[ssh]'") from exc
+        raise SshError("SSH needs paramiko: pip install 'flow-gang-sdk[ssh]'") from exc
 
 
 def fingerprint(host_key: str) -> str:

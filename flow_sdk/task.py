@@ -137,10 +137,12 @@ class Task:
     def _nodes_vanished(self) -> TaskStatus:
         """Every node is gone and none wrote an outcome: record why, once, for every reader."""
         tail, what = self.logs(source="agent", tail=10), "agent lines"
-        if not tail:  # the agent died before it could log: its raw output says why
-            tail, what = self.logs(source="boot", tail=10), "boot output"
         message = ("every node exited without reporting an outcome (a node agent crashed or "
                    "was killed)")
+        if not tail:  # no agent logged: the nodes died in boot, their boot output says why
+            tail, what = self.logs(source="boot", tail=20), "boot output"
+            message = ("every node exited in boot, before its agent logged (install, image "
+                       "pull, volumes or boot_timeout_s)")
         if tail:
             message += f"; last {what}:\n  " + "\n  ".join(tail)
         self.store.put_record_if_absent(

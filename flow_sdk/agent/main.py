@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 
-from flow_sdk import protocol, signing
+from flow_sdk import protocol, sdkwheel, signing
+from flow_sdk.agent import clock
 from flow_sdk.agent.workers import WorkerExit, WorkerGroup
 from flow_sdk.errors import FlowError, SignatureError
 from flow_sdk.protocol import (
@@ -41,6 +42,7 @@ from flow_sdk.providers.base import LaunchRequest, LogRecord, Provider
 from flow_sdk.rendezvous import Membership, discover, worker_env
 from flow_sdk.rendezvous.preflight import run_preflight
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.sdkwheel import PythonMismatchError
 from flow_sdk.spec import TaskSpec
 from flow_sdk.volumes import prepare_volumes
 
@@ -157,8 +159,10 @@ class Agent:
                 return self._fail(f"payload {record.payload_digest[:16]} is missing from the "
                                   "store")
             signing.same_digest(key, blob, record.payload_digest)
-        except SignatureError as exc:
+            sdkwheel.require_python(record.python)
+        except (SignatureError, PythonMismatchError) as exc:
             return self._fail(f"node {self.instance_id} refused to run the task: {exc}")
+        clock.mark_up(self.store, self.task_id, self.instance_id, time.time())
         spec = TaskSpec.model_validate(record.spec)
         (self.workdir / "payload").write_bytes(blob)
         # The cap counts from the task's creation, so a replacement node gets only what is left.
@@ -178,19 +182,25 @@ class Agent:
     def _run_generation(self, gen: int, spec: TaskSpec, record: TaskRecord,
                         deadline: float | None) -> Next:
         replaced = self._replaced() if gen else set()
+        until = clock.availability_deadline(self.store, self.task_id, spec, gen, time.time())
+        grace = min(clock.JOIN_GRACE_S, spec.availability_timeout_s)
+
+        def left(floor: float = grace) -> float:  # of the clock that began at the first agent
+            return clock.remaining(until, time.time(), floor)
+
         try:
             membership = discover(lambda: [i for i in self.provider.list_instances(self.task_id)
                                            if i.instance_id not in replaced],
                                   self.instance_id, expected=spec.num_instances,
                                   minimum=spec.min_instances or spec.num_instances,
-                                  timeout_s=spec.availability_timeout_s)
+                                  timeout_s=left(0.0))
             self._write_node(membership, NodePhase.RENDEZVOUS)
             self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
                      f"{membership.leader_address}")
-            store = NodeStore.connect(membership, record.rdzv_port, spec.availability_timeout_s,
+            store = NodeStore.connect(membership, record.rdzv_port, left(),
                                       self.secret, generation=gen)
             store.heartbeat()
-            store.barrier("start", spec.availability_timeout_s)
+            store.barrier("start", left())
             if spec.preflight:
                 self.log(run_preflight(store, record.master_port, spec.availability_timeout_s))
         except FlowError as exc:

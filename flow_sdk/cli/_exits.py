@@ -42,6 +42,7 @@ Add --debug before the command for the full traceback of an error."""
 # Decorator argument -> the `flow run` / `flow plan` option that sets it.
 _FLAGS = {"internode_interconnect": "--interconnect",
           "availability_timeout_s": "--availability-timeout", "environment": "--env",
+          "boot_timeout_s": "--boot-timeout",
           "volumes": "--volume", "mounts": "--mount", "provider_config": "--provider-config",
           "path": "PATH"}
 _FIELD_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(.*)$", re.DOTALL)

@@ -71,8 +71,10 @@ def spec_options(fn: F) -> F:
         click.option("--max-run-time-hours", type=float, help="Stop the task after this long."),
         click.option("--priority", type=click.Choice(["low", "med", "high"])),
         click.option("--interconnect", type=click.Choice(["ethernet", "efa", "infiniband"])),
+        click.option("--boot-timeout", type=float, metavar="SECONDS",
+                     help="How long a node may take from launch until its agent is up."),
         click.option("--availability-timeout", type=float, metavar="SECONDS",
-                     help="How long nodes wait for each other at the start."),
+                     help="How long nodes wait for each other, from the first one up."),
         click.option("--max-restarts", type=int),
         click.option("--run-on", type=click.Choice(["every_worker", "head"]),
                      help="every_worker (default): on every worker, as torchrun does; head: "
@@ -99,6 +101,7 @@ def spec_kwargs(params: dict[str, Any]) -> dict[str, Any]:
              "max_run_time_hours": "max_run_time_hours", "priority": "priority",
              "interconnect": "internode_interconnect",
              "availability_timeout": "availability_timeout_s", "max_restarts": "max_restarts",
+             "boot_timeout": "boot_timeout_s",
              "key_name": "key_name", "preflight": "preflight",
              "run_on": "run_on"}
     options = {target: params[source] for source, target in names.items()

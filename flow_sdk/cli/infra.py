@@ -203,7 +203,7 @@ def catalog_refresh(regions: tuple[str, ...], as_json: bool) -> None:
     try:
         import boto3
     except ImportError as exc:
-        raise FlowError("catalog refresh needs boto3: pip install 'flow-sdk[aws]'") from exc
+        raise FlowError("catalog refresh needs boto3: pip install 'flow-gang-sdk[aws]'") from exc
     from flow_sdk.catalog import refresh_catalog
 
     report = refresh_catalog(boto3.Session(), regions=list(regions) or None)

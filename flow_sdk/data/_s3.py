@@ -43,7 +43,7 @@ def _import_boto3() -> tuple[ModuleType, ModuleType]:
     except ImportError as exc:
         raise MissingDependencyError(
             "reading from s3:// needs boto3, which is not installed; "
-            "install it with: pip install 'flow-sdk[aws]'"
+            "install it with: pip install 'flow-gang-sdk[aws]'"
         ) from exc
     return boto3, botocore_config
 

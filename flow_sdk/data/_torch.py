@@ -91,7 +91,7 @@ def _require_torch() -> Any:
     except ImportError as exc:
         raise MissingDependencyError(
             "to_torch_dataset() needs torch, which is not installed; "
-            "install it with: pip install 'flow-sdk[torch]'"
+            "install it with: pip install 'flow-gang-sdk[torch]'"
         ) from exc
     return torch
 

@@ -37,7 +37,7 @@ def _require_xgboost() -> Any:
     except ImportError as exc:
         raise MissingDependencyError(
             "this needs xgboost, which is not installed; "
-            "install it with: pip install 'flow-sdk[xgboost]'"
+            "install it with: pip install 'flow-gang-sdk[xgboost]'"
         ) from exc
     return xgboost
 

@@ -42,7 +42,7 @@ def provider_class(name: str) -> type[Provider]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        extra = f" (pip install 'flow-sdk[{name}]')" if name in _BUILTIN else ""
+        extra = f" (pip install 'flow-gang-sdk[{name}]')" if name in _BUILTIN else ""
         raise ProviderError(f"provider {name!r} cannot be loaded: {exc}{extra}") from exc
     cls = getattr(module, attr)
     if not (isinstance(cls, type) and issubclass(cls, Provider)):

@@ -91,7 +91,7 @@ class Materialized:
 def s3_client(threads: int = DOWNLOAD_THREADS) -> Any:
     """A boto3 S3 client: standard credential chain, ``AWS_ENDPOINT_URL[_S3]`` honoured."""
     if importlib.util.find_spec("boto3") is None:
-        raise VolumeError("S3 mounts need boto3 on the nodes; install flow-sdk[aws]")
+        raise VolumeError("S3 mounts need boto3 on the nodes; install 'flow-gang-sdk[aws]'")
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     return make_client("s3", endpoint_url=endpoint or None,
                        max_pool_connections=max(10, threads))

@@ -182,16 +182,26 @@ def test_plan_says_what_would_launch_without_launching() -> None:
     local = flow("plan", "-N", "2", "--workers-per-node", "2")
     assert local.returncode == 0
     assert local.stdout.startswith("local: 2 processes on this machine")
+    # the nodes' image must run this Python (the default image's is 3.12): name it
+    same_python = json.dumps({"image_python": f"{sys.version_info[0]}.{sys.version_info[1]}"})
     aws = flow("plan", "--provider", "aws", "--gpu", "h100:8", "-N", "4",
-               "--max-run-time-hours", "2", "--json")
+               "--max-run-time-hours", "2", "--json", "--provider-config", same_python)
     assert aws.returncode == 0, aws.stderr
     data = json.loads(aws.stdout)
     assert (data["instance_type"], data["nodes"]) == ("p5.48xlarge", 4)
     assert data["cost_at_cap"] == pytest.approx(data["usd_per_hour"] * 4 * 2)
-    table = flow("plan", "--provider", "aws", "--gpu", "h100:8")
+    table = flow("plan", "--provider", "aws", "--gpu", "h100:8", "--provider-config",
+                 same_python)
     assert table.returncode == 0 and "p5.48xlarge" in table.stdout
-    impossible = flow("plan", "--provider", "aws", "--gpu", "h100:3")
+    other = flow("plan", "--provider", "aws", "--gpu", "h100:8", "--provider-config",
+                 '{"image_python": "3.99"}')
+    assert other.returncode == 2 and "image runs Python 3.99" in other.stderr
+    impossible = flow("plan", "--provider", "aws", "--gpu", "h100:3", "--provider-config",
+                      same_python)
     assert impossible.returncode == 2 and "h100:8" in impossible.stderr
+    assert flow("plan", "--boot-timeout", "1800").returncode == 0
+    too_short = flow("plan", "--boot-timeout", "0")
+    assert too_short.returncode == 2 and "--boot-timeout" in too_short.stderr
     assert list_client_records() == []
 
 

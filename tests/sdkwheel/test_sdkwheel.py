@@ -98,3 +98,12 @@ def test_wheel_installs_offline_and_runs_the_shipped_code(tmp_path: Path) -> Non
                          capture_output=True, text=True, check=True, cwd=tmp_path)
     file, value, answer = out.stdout.split()
     assert Path(file).is_relative_to(target) and (value, answer) == ("41", "42")
+
+
+def test_a_node_of_another_python_minor_refuses_the_task() -> None:
+    mine = sdkwheel.python_version()
+    sdkwheel.require_python(mine)
+    sdkwheel.require_python("")  # a record from a client that did not say
+    with pytest.raises(sdkwheel.PythonMismatchError) as caught:
+        sdkwheel.require_python("3.99")
+    assert f"launched from Python 3.99, but this node runs Python {mine}" in str(caught.value)

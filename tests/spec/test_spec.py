@@ -55,6 +55,9 @@ def test_gpu_spec_rejections_name_the_problem(text: str, fragment: str) -> None:
     ({"num_instances": 2, "min_instances": 3}, "task", "min_instances"),
     ({"gpu": "h100:8", "workers_per_node": 3}, "task", "does not divide"),
     ({"priority": "urgent"}, "priority", "low"),
+    ({"boot_timeout_s": 0}, "boot_timeout_s", "greater than 0"),
+    ({"boot_timeout_s": 90000}, "boot_timeout_s", "less than or equal to 86400"),
+    ({"availability_timeout_s": -1}, "availability_timeout_s", "greater than 0"),
 ])
 def test_bad_options_raise_validation_error_naming_the_field(
         options: dict, field: str, fragment: str) -> None:
@@ -79,6 +82,13 @@ def test_unknown_provider_is_a_validation_error() -> None:
         FlowApp("x").function(provider="nimbus")(lambda: None)
     assert info.value.fields == ["provider"]
     assert "available" in str(info.value)
+
+
+def test_the_two_clocks_default_to_sizes_for_real_installs() -> None:
+    spec = build_task_spec(app="a", name="f")
+    assert (spec.boot_timeout_s, spec.availability_timeout_s) == (1200.0, 300.0)
+    spec = build_task_spec(app="a", name="f", boot_timeout_s=1800, availability_timeout_s=60)
+    assert (spec.boot_timeout_s, spec.availability_timeout_s) == (1800.0, 60.0)
 
 
 def test_world_size_and_slots() -> None:

@@ -14,18 +14,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flow_sdk._version import __version__
 from flow_sdk.aws_clients import REGION_RE, default_region
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._credentials import reject_credentials
 from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
 from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
 
-# The AWS Deep Learning Base AMI (NVIDIA driver, CUDA, Docker with the NVIDIA container
-# toolkit, the EFA installer), published per region as a public SSM parameter.
+# The AWS Deep Learning AMI with PyTorch (OSS NVIDIA driver, Ubuntu 24.04): the NVIDIA
+# driver, CUDA, NCCL with the EFA plugin, Docker with the NVIDIA container toolkit, the AWS
+# CLI, and PyTorch preinstalled in the venv at /opt/pytorch (Python 3.12), so no node
+# reinstalls torch on boot. Published per region as a public SSM parameter. It supports the
+# G4dn, G5, G6, Gr6, G6e, P4d, P4de, P5, P5e, P5en and P6-B200 instance families (NVIDIA
+# Turing, Ampere, Ada Lovelace, Hopper and Blackwell GPUs); not P3 (Volta).
 DLAMI_PARAMETER = ("/aws/service/deeplearning/ami/x86_64/"
-                   "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")
-DEFAULT_AGENT_PIP = f"flow-sdk[aws,torch]=={__version__}"
+                   "oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id")
+DLAMI_PYTHON = "3.12"  # the Python of that image's /opt/pytorch venv
 DEFAULT_PREFIX = "flow/"
 DEFAULT_LOG_GROUP_PREFIX = "/flow/"
 DEFAULT_SSH_USER = "ubuntu"  # the Deep Learning AMI (Ubuntu) login user
@@ -34,6 +37,8 @@ MIN_SSH_PREFIX = {4: 16, 6: 48}
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
 
 
@@ -42,6 +47,17 @@ class SimulateConfig:
     """Settings of the simulated cloud: moto's instances are played by local agent processes."""
 
     root: str  # node working directories and process records
+
+
+@dataclass(frozen=True)
+class CodeRef:
+    """The caller's SDK wheel in the task's object store (``flow_sdk.sdkwheel``): its key,
+    SHA-256 and file name, and the caller's Python ``major.minor`` the nodes must run."""
+
+    key: str
+    sha256: str
+    filename: str
+    python: str
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,9 @@ class AwsConfig:
     instance_profile: str | None = None  # None: flow-sdk-node-<hash>, created when missing
     ami_id: str | None = None  # overrides the SSM parameter in every region
     ami_ssm_parameter: str = DLAMI_PARAMETER
-    agent_pip: str = DEFAULT_AGENT_PIP  # what the bootstrap pip-installs on the node
+    # The Python ``major.minor`` of the image's interpreter; None: the default image's
+    # (DLAMI_PYTHON). Name it when ami_id or ami_ssm_parameter picks another image.
+    image_python: str | None = None
     log_group_prefix: str = DEFAULT_LOG_GROUP_PREFIX
     log_retention_days: int = 30
     max_launch_attempts: int = 32
@@ -79,6 +97,7 @@ class AwsConfig:
     ssh_key_path: str | None = None
     simulate: SimulateConfig | None = None
     launch: NodeLaunch | None = None  # set on nodes only
+    code: CodeRef | None = None  # set on nodes only: the SDK wheel they install
 
     @property
     def launch_regions(self) -> tuple[str, ...]:
@@ -133,20 +152,40 @@ class AwsConfig:
         if ssh_key_path is not None and (not isinstance(ssh_key_path, str) or not ssh_key_path):
             raise ProviderError(f"provider_config.ssh_key_path {ssh_key_path!r} must be the "
                                 "path of a private key file")
+        image_python = config.get("image_python")
+        if image_python is not None and (not isinstance(image_python, str)
+                                         or not _PYTHON_RE.match(image_python)):
+            raise ProviderError(f"provider_config.image_python {image_python!r} must be the "
+                                "image's Python major.minor, such as '3.12'")
         simulate = config.get("simulate")
         launch = config.get("launch")
+        code = config.get("code")
         return cls(
             region=region, regions=regions, bucket=bucket, prefix=prefix,
             endpoint_url=config.get("endpoint_url"), ssh_cidr=ssh_cidr,
             instance_profile=config.get("instance_profile"), ami_id=config.get("ami_id"),
             ami_ssm_parameter=config.get("ami_ssm_parameter") or DLAMI_PARAMETER,
-            agent_pip=config.get("agent_pip") or DEFAULT_AGENT_PIP,
+            image_python=image_python,
             log_group_prefix=config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX,
             log_retention_days=retention, max_launch_attempts=attempts, imds_endpoint=imds,
             ssh_user=ssh_user, ssh_address=ssh_address, ssh_key_path=ssh_key_path,
             simulate=_simulate(simulate) if simulate is not None else None,
             launch=NodeLaunch(**launch) if launch is not None else None,
+            code=_code(code) if code is not None else None,
         )
+
+    @property
+    def default_image(self) -> bool:
+        """Whether the nodes boot the default Deep Learning AMI."""
+        return self.ami_id is None and self.ami_ssm_parameter == DLAMI_PARAMETER
+
+    @property
+    def node_python(self) -> str | None:
+        """The Python ``major.minor`` of the nodes' image: ``image_python``, else the default
+        image's; None when another image is configured without ``image_python``."""
+        if self.image_python is not None:
+            return self.image_python
+        return DLAMI_PYTHON if self.default_image else None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-safe mapping ``from_mapping`` takes back (no credentials, by construction)."""
@@ -154,7 +193,7 @@ class AwsConfig:
             "region": self.region, "regions": list(self.regions), "bucket": self.bucket,
             "prefix": self.prefix, "endpoint_url": self.endpoint_url, "ssh_cidr": self.ssh_cidr,
             "instance_profile": self.instance_profile, "ami_id": self.ami_id,
-            "ami_ssm_parameter": self.ami_ssm_parameter, "agent_pip": self.agent_pip,
+            "ami_ssm_parameter": self.ami_ssm_parameter, "image_python": self.image_python,
             "log_group_prefix": self.log_group_prefix,
             "log_retention_days": self.log_retention_days,
             "max_launch_attempts": self.max_launch_attempts,
@@ -166,6 +205,9 @@ class AwsConfig:
         if self.launch is not None:
             data["launch"] = {"task_id": self.launch.task_id, "region": self.launch.region,
                               "attempt": self.launch.attempt}
+        if self.code is not None:
+            data["code"] = {"key": self.code.key, "sha256": self.code.sha256,
+                            "filename": self.code.filename, "python": self.code.python}
         return data
 
     def node_runtime(self) -> NodeRuntime:
@@ -176,9 +218,10 @@ class AwsConfig:
             return SimulatedNodes(Path(self.simulate.root))
         return Ec2Runtime()
 
-    def for_node(self, task_id: str, region: str, attempt: int) -> AwsConfig:
-        """The config the nodes of one launched gang boot with."""
-        return replace(self, launch=NodeLaunch(task_id, region, attempt))
+    def for_node(self, task_id: str, region: str, attempt: int, code: CodeRef) -> AwsConfig:
+        """The config the nodes of one launched gang boot with: where they landed and the
+        SDK wheel they install."""
+        return replace(self, launch=NodeLaunch(task_id, region, attempt), code=code)
 
 
 def _check_region(name: Any, key: str) -> None:
@@ -192,6 +235,17 @@ def _simulate(value: Any) -> SimulateConfig:
         raise ProviderError("provider_config.simulate must be a mapping with 'root' (a "
                             "directory for the simulated nodes), e.g. {'root': '/tmp/flow-sim'}")
     return SimulateConfig(root=value["root"])
+
+
+def _code(value: Any) -> CodeRef:
+    keys = ("key", "sha256", "filename", "python")
+    if (not isinstance(value, Mapping) or sorted(value) != sorted(keys)
+            or not all(isinstance(value[k], str) for k in keys)
+            or not _SHA256_RE.match(value["sha256"]) or not _PYTHON_RE.match(value["python"])):
+        raise ProviderError("provider_config.code must be the SDK wheel a launch stored: "
+                            f"{{{', '.join(repr(k) for k in keys)}}} (set by the client at "
+                            "launch, never by hand)")
+    return CodeRef(**{k: value[k] for k in keys})
 
 
 def check_ssh_cidr(value: str) -> str:

@@ -40,6 +40,7 @@ def launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list
     attempts: list[Attempt] = []
     try:
         profile, fresh = nodes.instance_profile(sorted(spec.mounts.values()))
+        code = nodes.ship_code()  # the caller's SDK wheel, in the store before any node
         ssh_cidr = caller_cidr(cfg)
         block_names = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
 
@@ -74,7 +75,7 @@ def launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list
                                                 security_group)
             user_data = nodes.render_user_data(spec, task_id, candidate.offer.region, number,
                                                request.boot_env, spec.max_run_time_hours,
-                                               volume_mounts=mounts_sh)
+                                               code, volume_mounts=mounts_sh)
             return AttemptPlan(
                 task_id=task_id, spec=spec, offer=candidate.offer, zone=candidate.zone,
                 subnet_id=subnet_id, security_group=security_group, ami_id=ctx.ami_id(),

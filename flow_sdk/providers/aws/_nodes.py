@@ -8,6 +8,7 @@ SSH (``_ssh``), teardown (``_teardown``) and ``gc`` (``_gc``) each take it.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,12 +16,12 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from flow_sdk import protocol
+from flow_sdk import protocol, sdkwheel
 from flow_sdk.errors import ProviderError
 from flow_sdk.protocol import TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._clients import Clients
-from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.aws._config import AwsConfig, CodeRef
 from flow_sdk.providers.aws._iam import ensure_instance_profile
 from flow_sdk.providers.aws._launch import GangLauncher
 from flow_sdk.providers.aws._resources import (
@@ -85,16 +86,36 @@ class AwsNodes:
                 self._profile = (name, fresh)
             return self._profile
 
+    def ship_code(self) -> CodeRef:
+        """The SDK wheel the nodes install: on a node, the one its gang was launched with;
+        on the client, this process's own ``flow_sdk`` packed (``sdkwheel``, cached by
+        digest) and stored content-addressed, once."""
+        if self.cfg.code is not None:
+            return self.cfg.code
+        wheel = sdkwheel.build()
+        key = protocol.code_key(wheel.sha256)
+        self.store.put_if_absent(key, wheel.data)
+        return CodeRef(key, wheel.sha256, wheel.filename, wheel.python)
+
     def render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
                          boot_env: Mapping[str, str], max_run_time_hours: float | None,
-                         *, bucket: str | None = None, volume_mounts: str = "") -> str:
-        """The user-data of one gang's nodes (and of their replacements); ``volume_mounts``
-        are the bash lines that mount the task's volumes (``AwsVolumes.provision``)."""
-        node_config = self.cfg.for_node(task_id, region, attempt).to_dict()
+                         code: CodeRef, *, bucket: str | None = None,
+                         volume_mounts: str = "") -> str:
+        """The user-data of one gang's nodes (and of their replacements): they install
+        ``code``; ``volume_mounts`` are the bash lines that mount the task's volumes
+        (``AwsVolumes.provision``)."""
+        cfg = self.cfg
+        node_config = cfg.for_node(task_id, region, attempt, code).to_dict()
         node_config["bucket"] = bucket if bucket is not None else self.bucket_name()
         boot_json = _userdata.node_boot_env(boot_env, node_config)
+        fetch = _userdata.NodeCode(
+            url=f"s3://{node_config['bucket']}/{cfg.prefix}{code.key}", sha256=code.sha256,
+            filename=code.filename, python=code.python, region=cfg.region,
+            log_group=cfg.log_group_prefix + task_id,
+            log_retention_days=cfg.log_retention_days,
+            boot_timeout_s=math.ceil(spec.boot_timeout_s))
         return _userdata.render_for(
-            boot_json, self.cfg.agent_pip, spec.image, spec.gpu is not None,
+            boot_json, fetch, spec.image, spec.gpu is not None,
             spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
             max_run_time_hours, volume_mounts)
 

@@ -24,10 +24,11 @@ from flow_sdk.catalog import (
     UnknownRegionError,
     plan_offers,
 )
+from flow_sdk import protocol, sdkwheel
 from flow_sdk.errors import FieldProblem, ProviderError, VolumeError
 from flow_sdk.providers.aws import _gang, _gc, _replace, _ssh, _teardown
 from flow_sdk.providers.aws._clients import Clients
-from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.aws._config import AwsConfig, CodeRef
 from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
 from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, ImdsClient
 from flow_sdk.providers.aws._nodes import AwsNodes, InstanceDetail
@@ -49,6 +50,9 @@ from flow_sdk.spec import TaskSpec
 
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 _SAMPLE_TASK_ID = "t" * 64  # longer than any task id: check() sizes the user-data with it
+# check() sizes the user-data with this stand-in for the SDK wheel (as long as a real one)
+_SAMPLE_CODE = CodeRef(protocol.code_key("0" * 64), "0" * 64,
+                       sdkwheel.wheel_name("0.0.0.dev0+" + "0" * 16), "3.12")
 
 
 class AwsProvider(Provider):
@@ -141,6 +145,7 @@ class AwsProvider(Provider):
         except (UnknownRegionError, OfferNotFoundError, CatalogError) as exc:
             problems.append(FieldProblem(exc.field, str(exc)))
         problems += self.runtime.check(spec)
+        problems += self._check_python(spec)
         if spec.image is not None and not _IMAGE_RE.match(spec.image):
             problems.append(FieldProblem(
                 "image", f"{spec.image!r} is not a container image reference such as "
@@ -151,7 +156,7 @@ class AwsProvider(Provider):
                     spec, _SAMPLE_TASK_ID, self.cfg.region, self.cfg.max_launch_attempts,
                     {"FLOW_BOOT": json.dumps({"task_id": _SAMPLE_TASK_ID,
                                               "provider": self.name})},
-                    spec.max_run_time_hours, bucket=self._bucket or "b" * 63,
+                    spec.max_run_time_hours, _SAMPLE_CODE, bucket=self._bucket or "b" * 63,
                     volume_mounts=sample_mounts(spec))
             except VolumeError as exc:
                 problems.append(FieldProblem("volumes", str(exc)))
@@ -159,6 +164,28 @@ class AwsProvider(Provider):
                 problems.append(FieldProblem("image" if spec.image else "provider_config",
                                              str(exc)))
         return problems
+
+    def _check_python(self, spec: TaskSpec) -> list[FieldProblem]:
+        """The nodes must run the caller's Python minor (cloudpickle does not cross minor
+        versions). A task image brings its own Python: its nodes' pip and agent refuse a
+        mismatch at boot, since it cannot be known here."""
+        if spec.image is not None:
+            return []
+        mine = sdkwheel.python_version()
+        theirs = self.runtime.python() or self.cfg.node_python
+        if theirs is None:
+            return [FieldProblem("provider_config", (
+                "provider_config names its own image (ami_id or ami_ssm_parameter) but not "
+                "its Python; add image_python, e.g. {'image_python': '" + mine + "'}, so the "
+                "launch can check that the nodes run the caller's Python"))]
+        if theirs == mine:
+            return []
+        return [FieldProblem("provider_config", (
+            f"the nodes' image runs Python {theirs}, but this program runs Python {mine}; "
+            "functions and arguments travel by cloudpickle, which does not work across "
+            f"Python minor versions. Run the launch from Python {theirs}, or give "
+            f"provider_config ami_id and image_python='{mine}' for an image with Python "
+            f"{mine}, or set the task's image= to a container with Python {mine}"))]
 
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         """The offer ``launch`` tries first (its first zone is chosen at launch), and how many

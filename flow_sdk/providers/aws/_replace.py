@@ -57,7 +57,7 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
     gang_subnet, security_group = network_of(template)
     hours = _remaining_hours(nodes, task_id, spec)
     user_data = nodes.render_user_data(spec, task_id, region, attempt, request.boot_env, hours,
-                                       volume_mounts=nodes.volumes.remount(task_id, spec,
+                                       nodes.ship_code(), volume_mounts=nodes.volumes.remount(task_id, spec,
                                                                            region))
     efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
     zone = str(template["Placement"]["AvailabilityZone"])

@@ -24,6 +24,11 @@ class NodeRuntime(Protocol):
         """What this runtime cannot do for ``spec`` (found before anything is launched)."""
         ...
 
+    def python(self) -> str | None:
+        """The Python ``major.minor`` the nodes run whatever the image, or None when it is
+        the image's (provider_config image_python, or the default image's)."""
+        ...
+
     def address(self, private_ip: str) -> str:
         """Where the other nodes reach the instance with VPC address ``private_ip``."""
         ...
@@ -65,6 +70,9 @@ class Ec2Runtime:
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         return []
+
+    def python(self) -> str | None:
+        return None
 
     def address(self, private_ip: str) -> str:
         return private_ip

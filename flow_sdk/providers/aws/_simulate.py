@@ -76,6 +76,10 @@ class SimulatedNodes:
                 for field, given in (("volumes", spec.volumes), ("mounts", spec.mounts))
                 if given]
 
+    def python(self) -> str | None:
+        """Simulated nodes run this machine's interpreter."""
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+
     def address(self, private_ip: str) -> str:
         return simulated_address(private_ip) if private_ip else private_ip
 

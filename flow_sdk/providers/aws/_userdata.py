@@ -21,8 +21,23 @@ from flow_sdk.providers.aws._credentials import reject_credentials
 TEMPLATE_NAME = "bootstrap.sh.tmpl"
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64
 SHUTDOWN_GRACE_MINUTES = 10  # the agent's own cap fires first; the power-off is a backstop
-_PLACEHOLDER_RE = re.compile(r"@@([A-Z_]+)@@")
+_PLACEHOLDER_RE = re.compile(r"@@([A-Z0-9_]+)@@")
 _BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class NodeCode:
+    """Where a node fetches the caller's SDK wheel and what it checks, and where its boot
+    output goes."""
+
+    url: str  # s3://<bucket>/<prefix>code/<sha256>.whl
+    sha256: str
+    filename: str  # the wheel's file name (pip reads name and version from it)
+    python: str  # the caller's Python major.minor
+    region: str  # the store's region: S3 and CloudWatch Logs
+    log_group: str  # the task's log group (the node's boot stream lives in it)
+    log_retention_days: int
+    boot_timeout_s: int  # the agent must be up within this, or the node powers off
 
 
 @dataclass(frozen=True)
@@ -30,7 +45,7 @@ class BootstrapInputs:
     """What the bootstrap needs to know about a task's nodes."""
 
     boot_json: str  # FLOW_BOOT for the agent: task id, provider name, provider config
-    agent_pip: str  # the pip requirement that installs the agent
+    code: NodeCode
     image: str | None  # run the agent inside this container image
     gpus: bool  # pass the GPUs into the container
     interconnect: str  # "ethernet" or "efa"
@@ -66,7 +81,14 @@ def render(inputs: BootstrapInputs) -> str:
         shutdown = math.ceil(inputs.max_run_time_hours * 60) + SHUTDOWN_GRACE_MINUTES
     values = {
         "BOOT_JSON": shlex.quote(inputs.boot_json),
-        "AGENT_PIP": shlex.quote(inputs.agent_pip),
+        "CODE_URL": shlex.quote(inputs.code.url),
+        "CODE_SHA256": shlex.quote(inputs.code.sha256),
+        "CODE_FILE": shlex.quote(inputs.code.filename),
+        "PYTHON": shlex.quote(inputs.code.python),
+        "REGION": shlex.quote(inputs.code.region),
+        "LOG_GROUP": shlex.quote(inputs.code.log_group),
+        "LOG_RETENTION": str(int(inputs.code.log_retention_days)),
+        "BOOT_TIMEOUT": str(int(inputs.code.boot_timeout_s)),
         "IMAGE": shlex.quote(inputs.image or ""),
         "GPUS": "1" if inputs.gpus else "0",
         "INTERCONNECT": shlex.quote(inputs.interconnect),
@@ -85,8 +107,8 @@ def render(inputs: BootstrapInputs) -> str:
     size = len(script.encode("utf-8"))
     if size > USER_DATA_LIMIT:
         raise ProviderError(f"the node bootstrap is {size} bytes, over EC2's {USER_DATA_LIMIT}"
-                            "-byte user-data limit; shorten provider_config (agent_pip, "
-                            "ami_ssm_parameter) or the image name")
+                            "-byte user-data limit; shorten provider_config (prefix, "
+                            "log_group_prefix) or the image name")
     return script
 
 
@@ -111,9 +133,9 @@ def interconnect_of(value: str | None) -> str:
     return "efa" if (value or "").lower() in ("efa", "infiniband") else "ethernet"
 
 
-def render_for(boot_json: str, agent_pip: str, image: str | None, gpus: bool,
+def render_for(boot_json: str, code: NodeCode, image: str | None, gpus: bool,
                interconnect: str | None, paths: Sequence[str],
                max_run_time_hours: float | None, volume_mounts: str = "") -> str:
     """Shorthand for ``render(BootstrapInputs(...))``."""
-    return render(BootstrapInputs(boot_json, agent_pip, image, gpus, interconnect_of(interconnect),
+    return render(BootstrapInputs(boot_json, code, image, gpus, interconnect_of(interconnect),
                                   tuple(paths), max_run_time_hours, volume_mounts))

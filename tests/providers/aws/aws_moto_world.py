@@ -31,12 +31,18 @@ from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
 from werkzeug.exceptions import HTTPException
 
-from flow_sdk import protocol
+from flow_sdk import protocol, sdkwheel
 from flow_sdk.protocol import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
 from flow_sdk.providers.base import Instance, LaunchRequest
 from flow_sdk.spec import TaskSpec, build_task_spec
+
+# Where a rendered bootstrap fetches its SDK wheel (user-data tests render with this).
+NODE_CODE = _userdata.NodeCode(
+    url=f"s3://flow-test-bucket/flow/{protocol.code_key('ab' * 32)}", sha256="ab" * 32,
+    filename=sdkwheel.wheel_name("0.1.0"), python=sdkwheel.python_version(),
+    region="us-east-1", log_group="/flow/t-1", log_retention_days=30, boot_timeout_s=1200)
 
 ACCOUNT = "123456789012"
 REGIONS = ("us-east-1", "us-east-2", "us-west-2")
@@ -195,8 +201,11 @@ class AwsWorld:
         return self.tmp / "sim"
 
     def config(self, **overrides: Any) -> dict[str, Any]:
+        # image_python: the fake image runs this interpreter's Python (as a user names an
+        # image's), so check() passes the same-Python rule
         config: dict[str, Any] = {"region": "us-east-1", "bucket": BUCKET,
-                                  "endpoint_url": self.url, "ssh_cidr": "127.0.0.1/32"}
+                                  "endpoint_url": self.url, "ssh_cidr": "127.0.0.1/32",
+                                  "image_python": sdkwheel.python_version()}
         config.update(overrides)
         return config
 

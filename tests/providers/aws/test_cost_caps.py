@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, spec
+from aws_moto_world import NODE_CODE, AwsWorld, Ec2Faults, Recorder, Wire, spec
 
 from flow_sdk import FlowApp, ValidationError
 from catalog_testing import cheapest_offers
@@ -153,7 +153,7 @@ def test_med_does_not_fall_back_to_on_demand_above_the_cap(
 
 def _render(max_run_time_hours: float | None) -> str:
     return _userdata.render(_userdata.BootstrapInputs(
-        boot_json='{"task_id":"t-1"}', agent_pip="flow-sdk", image=None, gpus=False,
+        boot_json='{"task_id":"t-1"}', code=NODE_CODE, image=None, gpus=False,
         interconnect="ethernet", mount_paths=(), max_run_time_hours=max_run_time_hours))
 
 

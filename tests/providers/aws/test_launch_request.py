@@ -8,6 +8,7 @@ everything moto does record is asserted on what it recorded.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import stat
@@ -15,7 +16,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Recorder, placement_groups, spec
+from aws_moto_world import NODE_CODE, AwsWorld, Recorder, placement_groups, spec
 
 from flow_sdk.catalog import find_offers
 from flow_sdk.errors import ProviderError
@@ -113,7 +114,7 @@ def _render(**overrides: Any) -> str:
     inputs: dict[str, Any] = {
         "boot_json": json.dumps({"task_id": "t-1", "provider": "aws",
                                  "provider_config": {"region": "us-east-1"}}),
-        "agent_pip": "flow-sdk[aws,torch]==0.1.0", "image": None, "gpus": False,
+        "code": NODE_CODE, "image": None, "gpus": False,
         "interconnect": "ethernet", "mount_paths": (), "max_run_time_hours": None}
     inputs.update(overrides)
     script: str = _userdata.render(_userdata.BootstrapInputs(**inputs))
@@ -151,18 +152,19 @@ def test_user_data_runs_the_agent_in_the_image_with_host_network_gpus_efa_and_vo
 
 def test_values_are_inert_shell_words() -> None:
     hostile = "$(touch /tmp/flow-pwned)`id`'; echo x"
-    script = _render(agent_pip=hostile, mount_paths=("/shared/a b", "/shared/$(id)"))
+    code = dataclasses.replace(NODE_CODE, url=hostile)
+    script = _render(code=code, mount_paths=("/shared/a b", "/shared/$(id)"))
     # only the assignments, nothing that runs (the script itself would power the node off)
     assignments = script[script.index("FLOW_BOOT_JSON="):script.index("FLOW_WORKDIR=")]
     out = subprocess.run(["bash", "-c", assignments
-                          + 'printf "%s\\n" "$FLOW_AGENT_PIP" "${FLOW_MOUNT_PATHS[@]}"'],
+                          + 'printf "%s\\n" "$FLOW_CODE_URL" "${FLOW_MOUNT_PATHS[@]}"'],
                          capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [hostile, "/shared/a b", "/shared/$(id)"]
 
 
 def test_oversized_user_data_is_refused_with_the_fix() -> None:
     with pytest.raises(ProviderError, match="16384-byte user-data limit"):
-        _render(agent_pip="x" * 17000)
+        _render(image="x" * 17000)
 
 
 def test_boot_config_round_trips_through_the_user_data_and_holds_no_credentials() -> None:

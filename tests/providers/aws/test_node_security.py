@@ -197,7 +197,7 @@ def test_an_unreachable_imds_is_a_provider_error(aws: AwsWorld, imds: FakeImds) 
 
 
 def test_user_data_over_the_ec2_limit_is_found_by_check(aws: AwsWorld) -> None:
-    provider = aws.provider(agent_pip="flow-sdk @ https://example.com/" + "x" * 17000)
+    provider = aws.provider(prefix="p" * 17000 + "/")
     problems = provider.check(spec(priority="high"))
     assert [p.field for p in problems] == ["provider_config"]
     assert "16384-byte user-data limit" in problems[0].message

@@ -8,6 +8,10 @@ When a worker fails or a node is lost, exactly one node (the one that claims the
 generation's decider key in the object store) decides: it writes the task's outcome, or, while
 ``max_restarts`` allows, stops the lost nodes, starts replacements and opens the next
 generation, in which every node rendezvouses again and restarts its workers.
+
+A node learns its generation's gang from the membership record written by whoever started
+the nodes (the launcher for generation 0, the decider for the next); the provider's instance
+list is the fallback when that record is absent, stale or forged.
 """
 
 from __future__ import annotations

@@ -1,20 +1,26 @@
-"""Discovery + rank assignment on the aws provider at scale: API calls per node stay constant.
+"""Discovery + rank assignment on the aws provider at scale: pushed membership vs describe.
 
-    python bench/discovery.py [--sizes 8,64,256,1024] [--sample 8] [--out FILE]
+    python bench/discovery.py [--sizes 8,256,1024] [--sample 4] [--out FILE]
 
 For each gang size N, in moto (in-process ``mock_aws``; fake credentials, no network) the
-provider launches N instances through its real launch path (one gang ``run_instances``). Then
-``--sample`` nodes spread over the rank range each run what a node agent runs before its
-workers start, with the provider rebuilt from the config the user-data carries: read the task
-record and payload from S3, ``discover`` (the rendezvous's own function, polling
-``provider.list_instances``: one paged ``describe_instances`` by task tag), assign ranks, write
-its node record. Every AWS API call is counted through botocore's ``before-call`` event on the
-node's own session. Side by side: a naive discovery that asks about each peer
-(``describe_instances(InstanceIds=[peer])``), measured on one node per size.
+provider launches N instances through its real launch path (one gang ``run_instances``) and
+the launcher writes the gang's signed membership record once (every instance id and address,
+as ``launch_task`` does). Then ``--sample`` nodes spread over the rank range each run, side by
+side, both ways a node agent can learn its rank, with the provider rebuilt from the config
+the user-data carries: read the signed task record and the payload from S3, then
+
+- **record**: read the membership record (one GET, its MAC checked) and take the rank from
+  the sorted instance ids (``rendezvous.from_record``), as the agent does first;
+- **describe**: ``rendezvous.discover`` polling ``provider.list_instances`` (one paged
+  ``describe_instances`` by task tag), the agent's fallback and the path before the record;
+
+and write its node record. Every AWS API call is counted through botocore's ``before-call``
+event on the node's own session. A naive discovery that asks about each peer
+(``describe_instances(InstanceIds=[peer])``) is measured on one node per size.
 
 Not every node is run at every size: a describe of 1,024 instances takes seconds in moto,
-whose XML serializer dominates; each sampled node runs the full path, and all of them must
-agree on the membership. ``--sample 0`` runs every node.
+whose XML serializer dominates; each sampled node runs the full path both ways, and all of
+them must agree on the membership. ``--sample 0`` runs every node.
 """
 
 from __future__ import annotations
@@ -48,22 +54,34 @@ for _key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from flow_sdk import protocol  # noqa: E402
-from flow_sdk.protocol import BootConfig, NodeRecord, TaskRecord  # noqa: E402
+from flow_sdk import protocol, signing  # noqa: E402
+from flow_sdk.protocol import (  # noqa: E402
+    BootConfig,
+    GangMember,
+    MembershipRecord,
+    NodePhase,
+    NodeRecord,
+    TaskRecord,
+)
 from flow_sdk.providers.aws import AwsProvider, _userdata  # noqa: E402
 from flow_sdk.providers.base import LaunchRequest  # noqa: E402
-from flow_sdk.rendezvous import discover  # noqa: E402
+from flow_sdk.rendezvous import Membership, discover, from_record  # noqa: E402
 from flow_sdk.spec import build_task_spec  # noqa: E402
 
 REGION = "us-east-1"
 BUCKET = "flow-bench-discovery"
 PAGE = 1000  # describe_instances MaxResults (AWS's maximum)
+PATHS = ("describe", "record")
+GRACE_S = 10.0  # the agent's MEMBERSHIP_GRACE_S
+TARGET_SPEEDUP = 5.0  # record vs describe, median boot-to-rank at the largest size
+TARGET_GANG_CALLS = 2  # API calls per node to learn the gang, with the record present
 
 
 @dataclass(frozen=True)
 class NodeRun:
     rank: int
-    calls: Counter[str]
+    calls: Counter[str]  # every call from boot to rank
+    gang_calls: int  # the calls that learned the gang (membership)
     http: int
     seconds: float
     ids: tuple[str, ...]
@@ -73,10 +91,11 @@ class NodeRun:
 @dataclass(frozen=True)
 class SizeResult:
     nodes: int
-    runs: list[NodeRun]
+    runs: dict[str, list[NodeRun]]  # by path
     naive_calls: int
     naive_seconds: float
     launch_seconds: float
+    record_seconds: float  # the launcher writing the membership record
 
 
 @contextmanager
@@ -109,57 +128,78 @@ def run_size(n: int, sample: int) -> SizeResult:
             app="bench", name="discovery", provider="aws", num_instances=n, priority="high"
         )
         task_id = f"bench-discovery-{n}"
+        secret = signing.new_secret()
+        signed = signing.SignedStore(client.store, signing.secret_from_hex(secret))
         blob = b"payload"
         digest = "0" * 64
         client.store.put(protocol.payload_key(digest), blob)
-        client.store.put(
+        signed.put_record(
             protocol.task_key(task_id),
-            protocol.to_json(
-                TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), 29400, 29500)
-            ),
+            TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), 29400, 29500),
         )
-        boot = BootConfig(task_id, "aws", client.config()).to_env()
+        boot = BootConfig(task_id, "aws", client.config(), secret=secret).to_env()
         start = time.perf_counter()
         launched = client.launch(LaunchRequest(task_id, spec, boot))
         launch_seconds = time.perf_counter() - start
+        start = time.perf_counter()  # what launch_task does once the gang is up
+        signed.put_record(
+            protocol.membership_key(task_id, 0),
+            MembershipRecord(
+                0, [GangMember(i.instance_id, i.address) for i in launched], time.time()
+            ),
+        )
+        record_seconds = time.perf_counter() - start
         ids = [i.instance_id for i in launched]
         recorded = client.clients.get("ec2", REGION).describe_instance_attribute(
             InstanceId=ids[0], Attribute="userData")  # what the user-data carries
-        node_config = json.loads(_userdata.boot_json_from_user_data(base64.b64decode(
-            recorded["UserData"]["Value"]).decode()))["provider_config"]
+        node_boot = json.loads(_userdata.boot_json_from_user_data(base64.b64decode(
+            recorded["UserData"]["Value"]).decode()))
         count = n if sample <= 0 else min(sample, n)
         picks = sorted({round(k * (n - 1) / max(count - 1, 1)) for k in range(count)})
-        runs = [run_node(node_config, task_id, ids[rank], n) for rank in picks]
+        runs: dict[str, list[NodeRun]] = {path: [] for path in PATHS}
+        for rank in picks:  # interleaved, so both paths see the same machine load
+            for path in PATHS:
+                runs[path].append(run_node(node_boot, task_id, ids[rank], n, path))
         naive_calls, naive_seconds = run_naive(ids)
         client.terminate(task_id)
-    return SizeResult(n, runs, naive_calls, naive_seconds, launch_seconds)
+    return SizeResult(n, runs, naive_calls, naive_seconds, launch_seconds, record_seconds)
 
 
-def run_node(node_config: dict[str, Any], task_id: str, instance_id: str, n: int) -> NodeRun:
+def run_node(node_boot: dict[str, Any], task_id: str, instance_id: str, n: int,
+             path: str) -> NodeRun:
     """What an agent does from boot to its rank, with the calls it makes counted."""
     with counting_session() as (session, calls, http):
         start = time.perf_counter()
-        node = AwsProvider.from_config(node_config, session=session)
-        record = TaskRecord.from_json(node.store.get(protocol.task_key(task_id)) or b"")
+        node = AwsProvider.from_config(node_boot["provider_config"], session=session)
+        store = signing.SignedStore(node.store, signing.secret_from_hex(node_boot["secret"]))
+        record = TaskRecord.from_json(store.get_record(protocol.task_key(task_id)) or b"")
         assert node.store.get(protocol.payload_key(record.payload_digest)) is not None
-        membership = discover(
-            lambda: node.list_instances(task_id), instance_id, expected=n, minimum=n, timeout_s=120
-        )
-        node.store.put(
+        before = sum(calls.values())
+        membership = learn_gang(node, store, task_id, instance_id, n, path)
+        gang_calls = sum(calls.values()) - before
+        store.put_record(
             protocol.node_key(task_id, membership.node_rank),
-            protocol.to_json(
-                NodeRecord(membership.node_rank, instance_id, "", "rendezvous", time.time())
-            ),
+            NodeRecord(membership.node_rank, instance_id, "", NodePhase.RENDEZVOUS, time.time()),
         )
         seconds = time.perf_counter() - start
-    return NodeRun(
-        membership.node_rank,
-        calls,
-        http[0],
-        seconds,
-        membership.instance_ids,
-        membership.leader_address,
-    )
+    return NodeRun(membership.node_rank, calls, gang_calls, http[0], seconds,
+                   membership.instance_ids, membership.leader_address)
+
+
+def learn_gang(node: AwsProvider, store: signing.SignedStore, task_id: str, instance_id: str,
+               n: int, path: str) -> Membership:
+    if path == "describe":
+        return discover(lambda: node.list_instances(task_id), instance_id, expected=n,
+                        minimum=n, timeout_s=120)
+
+    def read() -> list[GangMember] | None:
+        raw = store.get_record(protocol.membership_key(task_id, 0))
+        return None if raw is None else MembershipRecord.from_json(raw).members
+
+    pushed = from_record(read, instance_id, GRACE_S)
+    if pushed is None:
+        raise SystemExit(f"{instance_id}: the membership record is missing or stale")
+    return pushed
 
 
 def run_naive(ids: list[str]) -> tuple[int, float]:
@@ -171,11 +211,15 @@ def run_naive(ids: list[str]) -> tuple[int, float]:
     return len(ids), time.perf_counter() - start
 
 
-def check(result: SizeResult, ids_sorted: tuple[str, ...]) -> None:
-    for run in result.runs:
+def check(result: SizeResult) -> None:
+    runs = [run for path in PATHS for run in result.runs[path]]
+    ids_sorted = runs[0].ids
+    for run in runs:
         assert run.ids == ids_sorted, "sampled nodes disagree on the membership"
         assert ids_sorted[run.rank] in run.ids
-    assert len({run.leader for run in result.runs}) == 1
+    assert len({run.leader for run in runs}) == 1
+    for d, r in zip(result.runs["describe"], result.runs["record"]):
+        assert d.rank == r.rank, "the record and the describe path gave different ranks"
 
 
 def spread(values: list[int]) -> str:
@@ -184,33 +228,61 @@ def spread(values: list[int]) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
+def median_s(runs: list[NodeRun]) -> float:
+    return statistics.median(run.seconds for run in runs)
+
+
+def both(result: SizeResult, measure: Any) -> str:
+    """``describe / record`` of one per-node measure."""
+    return " / ".join(spread([measure(run) for run in result.runs[p]]) for p in PATHS)
+
+
 def table(results: list[SizeResult]) -> str:
     head = (
-        "| nodes | nodes run | API calls / node | of which DescribeInstances | "
-        "HTTP requests / node | boot-to-rank s / node (median) | naive per-peer calls / "
-        "node | naive / flow (DescribeInstances) | real-EC2 describe pages at 1,000 per "
-        "page |"
+        "| nodes | nodes run | DescribeInstances / node (describe / record) | API calls / "
+        "node to learn the gang | API calls / node boot-to-rank | HTTP requests / node | "
+        "median boot-to-rank s: describe | median boot-to-rank s: record | describe / record | "
+        "launcher: "
+        "write the record s | naive per-peer calls / node | real-EC2 describe pages |"
     )
-    rows = [head, "|" + "---|" * 9]
+    rows = [head, "|" + "---|" * 12]
     for r in results:
-        per_node = [sum(run.calls.values()) for run in r.runs]
-        describes = [run.calls["ec2.DescribeInstances"] for run in r.runs]
-        http = [run.http for run in r.runs]
-        median = statistics.median(run.seconds for run in r.runs)
-        pages = -(-r.nodes // PAGE)
+        describe, record = median_s(r.runs["describe"]), median_s(r.runs["record"])
         rows.append(
-            f"| {r.nodes:,} | {len(r.runs)} | {spread(per_node)} | {spread(describes)} "
-            f"| {spread(http)} | {median:.3f} | {r.naive_calls:,} | "
-            f"{r.naive_calls / statistics.mean(describes):,.0f}x | {pages} |"
+            f"| {r.nodes:,} | {len(r.runs['record'])} "
+            f"| {both(r, lambda run: run.calls['ec2.DescribeInstances'])} "
+            f"| {both(r, lambda run: run.gang_calls)} "
+            f"| {both(r, lambda run: sum(run.calls.values()))} "
+            f"| {both(r, lambda run: run.http)} | {describe:.3f} | {record:.3f} "
+            f"| {describe / record:.1f}x | {r.record_seconds:.3f} | {r.naive_calls:,} "
+            f"| {-(-r.nodes // PAGE)} |"
         )
     return "\n".join(rows)
 
 
+def verdict(results: list[SizeResult]) -> list[str]:
+    """One line per target, with whether this run met it."""
+    pushed = [run for r in results for run in r.runs["record"]]
+    describes = max(run.calls["ec2.DescribeInstances"] for run in pushed)
+    gang = max(run.gang_calls for run in pushed)
+    last = results[-1]
+    speedup = median_s(last.runs["describe"]) / median_s(last.runs["record"])
+    return [
+        f"{'met' if describes == 0 else 'MISSED'}: DescribeInstances per node with the record: "
+        f"{describes} (target 0)",
+        f"{'met' if gang <= TARGET_GANG_CALLS else 'MISSED'}: API calls per node to learn the "
+        f"gang with the record: {gang} (target <= {TARGET_GANG_CALLS})",
+        f"{'met' if speedup >= TARGET_SPEEDUP else 'MISSED'}: median boot-to-rank at "
+        f"{last.nodes:,} nodes, describe / record: {speedup:.1f}x (target >= "
+        f"{TARGET_SPEEDUP:.0f}x)",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="8,64,256,1024")
+    parser.add_argument("--sizes", default="8,256,1024")
     parser.add_argument(
-        "--sample", type=int, default=8, help="nodes run per size, spread over the ranks (0: all)"
+        "--sample", type=int, default=4, help="nodes run per size, spread over the ranks (0: all)"
     )
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here")
     args = parser.parse_args()
@@ -220,58 +292,64 @@ def main() -> int:
         os.environ["FLOW_HOME"] = home  # per-task key files land here, not in ~/.flow
         for n in sizes:
             result = run_size(n, args.sample)
-            check(result, result.runs[0].ids)
+            check(result)
             results.append(result)
             print(
                 f"  {n:>5} nodes: launch {result.launch_seconds:.1f}s, "
-                f"{len(result.runs)} node(s) run",
+                f"{len(result.runs['record'])} node(s) run both ways",
                 file=sys.stderr,
                 flush=True,
             )
     text = table(results)
+    lines = verdict(results)
     print(text)
-    calls = {sum(run.calls.values()) for r in results for run in r.runs}
-    print(
-        f"\nAPI calls per node across all sizes: {sorted(calls)} "
-        f"({'constant' if len(calls) == 1 else 'NOT constant'})"
-    )
+    print("\n" + "\n".join(lines))
     if args.out is not None:
-        args.out.write_text(report(text, results, args), encoding="utf-8")
+        args.out.write_text(report(text, lines, results, args), encoding="utf-8")
         print(f"wrote {args.out}", file=sys.stderr)
-    return 0 if len(calls) == 1 else 1
+    return 0 if all(line.startswith("met") for line in lines) else 1
 
 
-def report(text: str, results: list[SizeResult], args: argparse.Namespace) -> str:
-    calls = sorted({name for r in results for run in r.runs for name in run.calls})
+def report(text: str, lines: list[str], results: list[SizeResult],
+           args: argparse.Namespace) -> str:
+    calls = {p: sorted({name for r in results for run in r.runs[p] for name in run.calls})
+             for p in PATHS}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     command = f"python bench/discovery.py --sizes {args.sizes} --sample {args.sample}"
     if args.out is not None:
         command += f" --out {args.out}"
-    return f"""## AWS provider: discovery + rank assignment at scale
+    met = "\n".join(f"- {line}" for line in lines)
+    return f"""## AWS provider: discovery + rank assignment at scale (pushed membership vs describe)
 
-Command: `{command}` (in-process moto 5.2.1, no network; {os.cpu_count()} CPU cores, load
-average {load} when the run ended: a shared machine, so read the seconds column as rough).
+Command: `{command}` (in-process moto, no network; {os.cpu_count()} CPU cores, load average
+{load} when the run ended: a shared machine, so read the seconds as rough, the ratios as the
+result).
 
-Each sampled node runs an agent's path from boot to its rank with the provider rebuilt from
-the config its user-data carries; every AWS API call it makes is counted with botocore's
-`before-call` event. The calls per node are: {", ".join(calls)}.
+Each sampled node runs an agent's path from boot to its rank both ways, interleaved, with the
+provider rebuilt from the config its user-data carries; every AWS API call it makes is counted
+with botocore's `before-call` event. Calls per node on the describe path:
+{", ".join(calls["describe"])}; on the record path: {", ".join(calls["record"])}.
 
 {text}
 
-- **API calls per node are constant in N**: one `DescribeInstances` (one paged call by the
-  task tag; ranks are assigned locally from the sorted ids), plus reading the task record and
-  payload and writing the node record. The naive column is a discovery that asks EC2 about each
-  peer: N calls per node, N^2 for the gang.
-- moto paginates `describe_instances` by reservation, and a gang is one reservation, so moto
-  answers in one page at every N. Real EC2 pages by instance at `MaxResults=1000`: the same
-  one paginated call costs ceil(N/1000) requests, i.e. 2 at 1,024 nodes and at most 5 at
-  flow-sdk's 4,096-node cap (last column): a step every thousand nodes, the same for every
-  node, never a call per peer.
-- Here every instance is `running` at once, so `discover` succeeds on its first poll. On EC2 a
-  node polls every 0.25 s until the whole gang runs: polls per node follow the boot-time spread
-  of the gang, not N.
-- The boot-to-rank time grows with N because each response lists all N instances (bytes, not
-  calls); in moto its XML serialization dominates (seconds at 1,024 instances).
+{met}
+
+- **record**: the launcher, which holds every instance id and private address from
+  `run_instances`, writes the gang's signed membership record once (one PutObject; the
+  "launcher" column); each node reads it with one GetObject, checks its MAC, and ranks by sorted
+  instance id: no EC2 call at all. **describe** (the fallback when the record is absent or
+  stale): one paged `DescribeInstances` by the task tag per poll.
+- "to learn the gang" counts the calls between reading the payload and having a rank; "boot to
+  rank" adds reading the task record and the payload and writing the node record (the same
+  three calls on both paths).
+- moto paginates `describe_instances` by reservation, so it answers a gang in one page; real
+  EC2 pages by instance at `MaxResults=1000` (last column), and rate-limits describe calls
+  per account: 1,024 nodes booting together send 1,024 of them on the describe path, none on
+  the record path.
+- Here every instance is `running` at once, so `discover` succeeds on its first poll; on EC2 a
+  describe-path node polls every 0.25 s until the whole gang runs. The boot-to-rank time of the
+  describe path grows with N because each response lists all N instances; in moto its XML
+  serialization dominates. The record is JSON of about 60 bytes per node.
 """
 
 

@@ -22,7 +22,16 @@ from flow_sdk import (
     signing,
 )
 from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
-from flow_sdk.protocol import BootConfig, LaunchedNode, LaunchRecord, Outcome, TaskRecord, TaskStatus
+from flow_sdk.protocol import (
+    BootConfig,
+    GangMember,
+    LaunchedNode,
+    LaunchRecord,
+    MembershipRecord,
+    Outcome,
+    TaskRecord,
+    TaskStatus,
+)
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchPlan, LaunchRequest, Provider
 from flow_sdk.spec import TaskSpec, build_task_spec
@@ -181,7 +190,9 @@ class RemoteFunction(Generic[P, R]):
 
 
 def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
-    """Store the payload and task record, then start the nodes as one gang. The task's
+    """Store the payload and task record, start the nodes as one gang, then write the gang's
+    membership record (every instance id and address), so nodes need not ask the provider
+    who their peers are. The task's
     secret (which signs every record and result) goes to the nodes in their boot config and
     to a 0600 file on this machine, never to the store."""
     task_id = new_task_id(spec.name)
@@ -205,6 +216,8 @@ def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
         signed.put_record_if_absent(protocol.outcome_key(task_id), Outcome(
             TaskStatus.FAILED.value, f"launch failed: {exc}", time.time()))
         raise
+    signed.put_record(protocol.membership_key(task_id, 0), MembershipRecord(0, [
+        GangMember(i.instance_id, i.address) for i in instances], time.time()))
     launch = LaunchRecord(min(i.launched_at for i in instances), [
         LaunchedNode(i.instance_id, i.instance_type, i.market, i.usd_per_hour, i.zone)
         for i in instances])

@@ -137,6 +137,12 @@ def launch_key(task_id: str) -> str:
     return f"tasks/{task_id}/launch.json"
 
 
+def membership_key(task_id: str, generation: int) -> str:
+    """The gang of one generation, written once: by the launcher for generation 0, by the
+    node that starts replacements for the next one."""
+    return f"tasks/{task_id}/membership/{generation:06d}.json"
+
+
 def cancel_key(task_id: str) -> str:
     return f"tasks/{task_id}/cancel"
 
@@ -262,6 +268,37 @@ class AgentUp:
     @classmethod
     def from_json(cls, data: bytes) -> AgentUp:
         return cls(**_fields_of(cls, data))
+
+
+@dataclass(frozen=True)
+class GangMember:
+    instance_id: str
+    address: str  # the private address the other nodes reach it at
+
+
+@dataclass(frozen=True)
+class MembershipRecord:
+    """Every node of one generation with its address, from whoever started the nodes (it
+    holds them all), so the nodes need not ask the provider who their peers are."""
+
+    generation: int
+    members: list[GangMember]
+    written_at: float
+
+    @classmethod
+    def from_json(cls, data: bytes) -> MembershipRecord:
+        """The record in ``data``; raises RecordError for an unknown shape."""
+        raw = _fields_of(cls, data)
+        members = raw["members"]
+        names = {f.name for f in fields(GangMember)}
+        if not isinstance(members, list) or not all(
+                isinstance(m, dict) and set(m) == names
+                and all(isinstance(v, str) for v in m.values()) for m in members):
+            raise RecordError("MembershipRecord.members must be a list of {instance_id, "
+                              "address} strings; run the same flow-sdk version on the client "
+                              "and the nodes")
+        return cls(int(raw["generation"]), [GangMember(**m) for m in members],
+                   float(raw["written_at"]))
 
 
 @dataclass(frozen=True)

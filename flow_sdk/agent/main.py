@@ -8,6 +8,10 @@ When a worker fails or a node is lost, exactly one node (the one that claims the
 generation's decider key in the object store) decides: it writes the task's outcome, or, while
 ``max_restarts`` allows, stops the lost nodes, starts replacements and opens the next
 generation, in which every node rendezvouses again and restarts its workers.
+
+A node learns its generation's gang from the membership record written by whoever started
+the nodes (the launcher for generation 0, the decider for the next); the provider's instance
+list is the fallback when that record is absent, stale or forged.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from flow_sdk.agent.workers import WorkerExit, WorkerGroup
 from flow_sdk.errors import FlowError, SignatureError
 from flow_sdk.protocol import (
     BootConfig,
+    GangMember,
+    MembershipRecord,
     NodeEvent,
     NodePhase,
     NodeRecord,
@@ -39,7 +45,7 @@ from flow_sdk.protocol import (
 )
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchRequest, LogRecord, Provider
-from flow_sdk.rendezvous import Membership, discover, worker_env
+from flow_sdk.rendezvous import Membership, discover, from_record, worker_env
 from flow_sdk.rendezvous.preflight import run_preflight
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.sdkwheel import PythonMismatchError
@@ -53,6 +59,7 @@ DECIDE_WINDOW_S = 1.0  # how long the decider collects other nodes' reports
 DECISION_WAIT_S = 30.0  # how long other nodes wait for the decider
 CANCEL_CHECK_S = 2.0
 INTERRUPTION_CHECK_S = 5.0  # how often a node asks its provider for an interruption notice
+MEMBERSHIP_GRACE_S = 10.0  # how long a node waits for its generation's membership record
 
 
 class Next(enum.Enum):
@@ -179,9 +186,36 @@ class Agent:
             self.log.event(f"generation {generation} is starting (restart {generation} of "
                            f"at most {spec.max_restarts})")
 
+    def _membership(self, gen: int, spec: TaskSpec, timeout_s: float) -> Membership:
+        """The generation's membership record when it names this node; otherwise (absent
+        after a grace, stale, forged) the provider's instance list, within ``timeout_s``. A
+        task that may start with fewer than all its nodes (``min_instances``) learns which
+        ones run from that list."""
+        if spec.min_instances in (None, spec.num_instances):
+            try:
+                pushed = from_record(lambda: self._recorded_members(gen), self.instance_id,
+                                     min(MEMBERSHIP_GRACE_S, timeout_s))
+            except SignatureError as exc:
+                self.log(f"refused a forged membership record: {exc}")
+                pushed = None
+            if pushed is not None:
+                self.log(f"membership of generation {gen} from its record")
+                return pushed
+            self.log(f"no membership record of generation {gen} names this node; asking the "
+                     "provider for the task's instances")
+        replaced = self._replaced() if gen else set()
+        return discover(lambda: [i for i in self.provider.list_instances(self.task_id)
+                                 if i.instance_id not in replaced],
+                        self.instance_id, expected=spec.num_instances,
+                        minimum=spec.min_instances or spec.num_instances,
+                        timeout_s=timeout_s)
+
+    def _recorded_members(self, gen: int) -> list[GangMember] | None:
+        raw = self.store.get_record(protocol.membership_key(self.task_id, gen))
+        return None if raw is None else MembershipRecord.from_json(raw).members
+
     def _run_generation(self, gen: int, spec: TaskSpec, record: TaskRecord,
                         deadline: float | None) -> Next:
-        replaced = self._replaced() if gen else set()
         until = clock.availability_deadline(self.store, self.task_id, spec, gen, time.time())
         grace = min(clock.JOIN_GRACE_S, spec.availability_timeout_s)
 
@@ -189,11 +223,7 @@ class Agent:
             return clock.remaining(until, time.time(), floor)
 
         try:
-            membership = discover(lambda: [i for i in self.provider.list_instances(self.task_id)
-                                           if i.instance_id not in replaced],
-                                  self.instance_id, expected=spec.num_instances,
-                                  minimum=spec.min_instances or spec.num_instances,
-                                  timeout_s=left(0.0))
+            membership = self._membership(gen, spec, left(0.0))
             self._write_node(membership, NodePhase.RENDEZVOUS)
             self.log(f"node {membership.node_rank}/{membership.num_nodes}, leader "
                      f"{membership.leader_address}")
@@ -305,9 +335,14 @@ class Agent:
                 self.provider.terminate_instances(self.task_id, others)
             self.store.put_record(protocol.restart_key(self.task_id, gen + 1),
                                   {"reason": asdict(root), "replaced": lost})
-            if lost:
-                self.provider.add_instances(
-                    LaunchRequest(self.task_id, spec, self.boot.to_env()), len(lost))
+            added = self.provider.add_instances(
+                LaunchRequest(self.task_id, spec, self.boot.to_env()), len(lost)) if lost else []
+            members = [GangMember(iid, address) for iid, address
+                       in zip(m.instance_ids, m.addresses) if iid not in lost]
+            self.store.put_record(protocol.membership_key(self.task_id, gen + 1),
+                                  MembershipRecord(gen + 1, members + [
+                                      GangMember(i.instance_id, i.address) for i in added],
+                                      time.time()))
             if self.instance_id in lost:  # this node is the lost one (e.g. a spot interruption):
                 self.log.event("this node is being replaced; terminating it")  # goes last
                 self.provider.terminate_instances(self.task_id, [self.instance_id])

@@ -1,4 +1,9 @@
-"""Who is in the task and which rank each node takes: ranks follow sorted instance ids."""
+"""Who is in the task and which rank each node takes: ranks follow sorted instance ids.
+
+Membership comes from the record that whoever started the nodes wrote (:func:`from_record`:
+one read, retried while absent); the provider's instance list (:func:`discover`) is the
+fallback when that record stays absent or does not name this node.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,14 @@ from typing import Protocol
 from flow_sdk.errors import RendezvousError
 
 
-class Member(Protocol):
+class Addressed(Protocol):
     @property
     def instance_id(self) -> str: ...
     @property
     def address(self) -> str: ...
+
+
+class Member(Addressed, Protocol):
     @property
     def state(self) -> str: ...
 
@@ -32,7 +40,7 @@ class Membership:
         return self.node_rank == 0
 
 
-def assign_ranks(members: Sequence[Member], self_id: str) -> Membership:
+def assign_ranks(members: Sequence[Addressed], self_id: str) -> Membership:
     """Rank = position in the instance ids sorted ascending; rank 0 leads."""
     ordered = sorted(members, key=lambda m: m.instance_id)
     ids = tuple(m.instance_id for m in ordered)
@@ -70,4 +78,23 @@ def discover(list_members: Callable[[], Sequence[Member]], self_id: str, expecte
                 f"(need at least {minimum}); not running: {detail}"
                 + (f"; {unlaunched} never appeared" if unlaunched > 0 else "")
                 + ". Raise availability_timeout_s or lower min_instances.")
+        sleep(poll_s)
+
+
+def from_record(read: Callable[[], Sequence[Addressed] | None], self_id: str, grace_s: float,
+                poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> Membership | None:
+    """Ranks from the membership record: ``read`` is one read of it (None while it is absent),
+    retried every ``poll_s`` for up to ``grace_s``. None when the record stays absent, or is
+    stale (it does not name ``self_id``: e.g. a replacement node the record predates); the
+    caller then falls back to :func:`discover`."""
+    deadline = clock() + grace_s
+    while True:
+        members = read()
+        if members is not None:
+            if any(m.instance_id == self_id for m in members):
+                return assign_ranks(members, self_id)
+            return None
+        if clock() >= deadline:
+            return None
         sleep(poll_s)

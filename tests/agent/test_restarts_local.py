@@ -50,7 +50,11 @@ def test_killed_node_is_replaced_and_the_job_completes(flow_home: Path) -> None:
     instances = {i.instance_id for i in provider.list_instances(task.task_id)}
     assert first[1] in instances and len(instances) == 3  # the lost node plus its replacement
     assert first[1] not in {n.instance_id for n in task.nodes()}
-    assert any("restart 1 of 1" in ln for ln in task.logs(source="agent"))
+    agent_lines = task.logs(source="agent")
+    assert any("restart 1 of 1" in ln for ln in agent_lines)
+    # the survivor and the replacement took generation 1's gang from the decider's record
+    assert sum("membership of generation 1 from its record" in ln for ln in agent_lines) == 2
+    assert not any("asking the provider" in ln for ln in agent_lines)
     wait_until(lambda: not processes_with_env("FLOW_HOME", str(flow_home)), 10, "no processes")
 
 
@@ -66,6 +70,10 @@ def test_worker_failures_restart_in_place_until_success() -> None:
     task = flaky.spawn()
     assert task.results(timeout=120) == [2, 2]
     assert task.status is TaskStatus.SUCCEEDED
+    agent_lines = task.logs(source="agent")
+    for gen in range(3):  # restarts in place: each generation's record names the same nodes
+        assert sum(f"membership of generation {gen} from its record" in ln
+                   for ln in agent_lines) == 2
 
 
 def test_restarts_exhausted_fails_with_the_last_cause() -> None:

@@ -15,6 +15,8 @@ from flow_sdk.protocol import (
     NODE_PHASES,
     STREAM_KINDS,
     TERMINAL_STATUSES,
+    GangMember,
+    MembershipRecord,
     NodeEvent,
     NodePhase,
     NodeRecord,
@@ -94,6 +96,16 @@ def test_a_task_record_with_unknown_fields_is_a_typed_error() -> None:
     raw["extra"] = 1
     with pytest.raises(RecordError, match=r"TaskRecord: unknown fields \['extra'\]"):
         TaskRecord.from_json(json.dumps(raw).encode())
+
+
+def test_a_membership_record_round_trips_and_refuses_bad_members() -> None:
+    record = MembershipRecord(3, [GangMember("i-b", "10.0.0.2"), GangMember("i-a", "10.0.0.1")],
+                              1.5)
+    assert MembershipRecord.from_json(protocol.to_json(record)) == record
+    for members in ([{"instance_id": "i-a"}], [{"instance_id": "i-a", "address": 7}], "i-a"):
+        raw = {"generation": 0, "members": members, "written_at": 1.0}
+        with pytest.raises(RecordError, match="MembershipRecord.members"):
+            MembershipRecord.from_json(json.dumps(raw).encode())
 
 
 def test_a_task_reads_store_records_through_the_checks(tmp_path: Path, flow_home: Path

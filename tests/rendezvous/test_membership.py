@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.rendezvous import assign_ranks, discover, worker_env
+from flow_sdk.protocol import GangMember
+from flow_sdk.rendezvous import assign_ranks, discover, from_record, worker_env
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,48 @@ def test_manual_mode_sets_only_flow_vars() -> None:
                      distributed=False)
     assert "RANK" not in env and "MASTER_ADDR" not in env
     assert env["FLOW_NODE_RANK"] == "0"
+
+
+# -- membership from the launcher's record ---------------------------------------------------
+
+def _fake_clock() -> tuple[list[float], Callable[[], float], Callable[[float], None]]:
+    now = [0.0]
+    return now, lambda: now[0], lambda s: now.__setitem__(0, now[0] + s)
+
+
+def test_ranks_from_the_record_equal_ranks_from_the_instance_list() -> None:
+    listed = [M("i-0c", "10.0.0.3"), M("i-0a", "10.0.0.1"), M("i-0b", "10.0.0.2")]
+    recorded = [GangMember(m.instance_id, m.address) for m in reversed(listed)]
+    for me in ("i-0a", "i-0b", "i-0c"):
+        from_list = discover(lambda: listed, me, expected=3, minimum=3, timeout_s=1)
+        assert from_record(lambda: recorded, me, grace_s=1) == from_list
+
+
+def test_the_record_is_read_again_while_absent() -> None:
+    reads: list[int] = []
+    _, clock, sleep = _fake_clock()
+
+    def read() -> list[GangMember] | None:
+        reads.append(1)
+        return None if len(reads) < 3 else [GangMember("i-b", "b"), GangMember("i-a", "a")]
+
+    m = from_record(read, "i-b", grace_s=10, clock=clock, sleep=sleep)
+    assert m is not None and (m.node_rank, m.leader_address, len(reads)) == (1, "a", 3)
+
+
+def test_an_absent_record_gives_up_after_the_grace() -> None:
+    now, clock, sleep = _fake_clock()
+    assert from_record(lambda: None, "i-a", grace_s=2, poll_s=0.5, clock=clock,
+                       sleep=sleep) is None
+    assert now[0] == 2.0
+
+
+def test_a_record_without_this_node_is_stale() -> None:
+    reads: list[int] = []
+
+    def read() -> list[GangMember]:
+        reads.append(1)
+        return [GangMember("i-a", "a"), GangMember("i-b", "b")]
+
+    assert from_record(read, "i-new", grace_s=10) is None
+    assert reads == [1]  # a stale record is not waited on: the caller falls back at once

@@ -11,6 +11,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Processes found by their environment: defined beside the local nodes' keeper, which may
+# import the standard library only.
+from flow_sdk.providers._sshd import pids_with_env, stop_pids
+
+__all__ = ["free_port", "is_alive", "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
+
 
 def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (Linux), or None when it is gone.

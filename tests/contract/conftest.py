@@ -19,7 +19,6 @@ from aws_moto_world import fresh_world, moto_gaps  # noqa: E402
 from contract_helpers import Contract  # noqa: E402
 from flow_testing import moto_server  # noqa: E402
 
-from flow_sdk.providers.aws._simulate import SimulatedNodes  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -36,4 +35,4 @@ def contract(request: pytest.FixtureRequest, tmp_path: Path,
         return
     world = fresh_world(request.getfixturevalue("moto_url"), tmp_path, monkeypatch)
     yield Contract("aws", world.config(simulate={"root": str(world.sim_root)}))
-    SimulatedNodes(world.sim_root).stop_all()  # a failed test stops its nodes too
+    world.stop_simulated()  # a failed test stops its nodes too

@@ -11,7 +11,6 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from flow_sdk.aws_clients import REGION_RE, default_region
@@ -19,6 +18,7 @@ from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._credentials import reject_credentials
 from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
 from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
+from flow_sdk.providers.aws._simulate import SimulateConfig, SimulatedNodes, parse_simulate
 
 # The AWS Deep Learning AMI with PyTorch (OSS NVIDIA driver, Ubuntu 24.04): the NVIDIA
 # driver, CUDA, NCCL with the EFA plugin, Docker with the NVIDIA container toolkit, the AWS
@@ -40,13 +40,6 @@ _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
-
-
-@dataclass(frozen=True)
-class SimulateConfig:
-    """Settings of the simulated cloud: moto's instances are played by local agent processes."""
-
-    root: str  # node working directories and process records
 
 
 @dataclass(frozen=True)
@@ -169,7 +162,7 @@ class AwsConfig:
             log_group_prefix=config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX,
             log_retention_days=retention, max_launch_attempts=attempts, imds_endpoint=imds,
             ssh_user=ssh_user, ssh_address=ssh_address, ssh_key_path=ssh_key_path,
-            simulate=_simulate(simulate) if simulate is not None else None,
+            simulate=parse_simulate(simulate) if simulate is not None else None,
             launch=NodeLaunch(**launch) if launch is not None else None,
             code=_code(code) if code is not None else None,
         )
@@ -201,7 +194,10 @@ class AwsConfig:
             "ssh_address": self.ssh_address, "ssh_key_path": self.ssh_key_path,
         }
         if self.simulate is not None:
-            data["simulate"] = {"root": self.simulate.root}
+            data["simulate"] = {"root": self.simulate.root, "minute_s": self.simulate.minute_s,
+                                "boot_delay_s": list(self.simulate.boot_delay_s),
+                                "wheelhouse": self.simulate.wheelhouse,
+                                "python": self.simulate.python}
         if self.launch is not None:
             data["launch"] = {"task_id": self.launch.task_id, "region": self.launch.region,
                               "attempt": self.launch.attempt}
@@ -214,8 +210,7 @@ class AwsConfig:
         """How this provider's instances become nodes: EC2 itself, or, with ``simulate``, the
         simulated cloud's local processes."""
         if self.simulate is not None:
-            from flow_sdk.providers.aws._simulate import SimulatedNodes  # only when asked for
-            return SimulatedNodes(Path(self.simulate.root))
+            return SimulatedNodes(self.simulate, self.endpoint_url)
         return Ec2Runtime()
 
     def for_node(self, task_id: str, region: str, attempt: int, code: CodeRef) -> AwsConfig:
@@ -228,13 +223,6 @@ def _check_region(name: Any, key: str) -> None:
     if not isinstance(name, str) or not REGION_RE.match(name):
         raise ProviderError(f"provider_config.{key}: {name!r} is not an AWS region name such "
                             "as 'us-east-1'")
-
-
-def _simulate(value: Any) -> SimulateConfig:
-    if not isinstance(value, Mapping) or not isinstance(value.get("root"), str):
-        raise ProviderError("provider_config.simulate must be a mapping with 'root' (a "
-                            "directory for the simulated nodes), e.g. {'root': '/tmp/flow-sim'}")
-    return SimulateConfig(root=value["root"])
 
 
 def _code(value: Any) -> CodeRef:

@@ -23,6 +23,7 @@ USER_DATA_LIMIT = 16 * 1024  # bytes, before base64
 SHUTDOWN_GRACE_MINUTES = 10  # the agent's own cap fires first; the power-off is a backstop
 _PLACEHOLDER_RE = re.compile(r"@@([A-Z0-9_]+)@@")
 _BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
+_MOUNT_PATHS_RE = re.compile(r"^FLOW_MOUNT_PATHS=\((.*)\)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -139,3 +140,12 @@ def render_for(boot_json: str, code: NodeCode, image: str | None, gpus: bool,
     """Shorthand for ``render(BootstrapInputs(...))``."""
     return render(BootstrapInputs(boot_json, code, image, gpus, interconnect_of(interconnect),
                                   tuple(paths), max_run_time_hours, volume_mounts))
+
+
+def mount_paths_from_user_data(script: str) -> tuple[str, ...]:
+    """The task's volume and mount paths a rendered script names (``FLOW_MOUNT_PATHS``)."""
+    match = _MOUNT_PATHS_RE.search(script)
+    if match is None:
+        raise ProviderError("user-data has no FLOW_MOUNT_PATHS line; it was not rendered from "
+                            f"{TEMPLATE_NAME}")
+    return tuple(shlex.split(match.group(1)))

@@ -35,6 +35,7 @@ from flow_sdk import protocol, sdkwheel
 from flow_sdk.protocol import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
+from flow_sdk.providers.aws._simulate import SimulateConfig, SimulatedNodes
 from flow_sdk.providers.base import Instance, LaunchRequest
 from flow_sdk.spec import TaskSpec, build_task_spec
 
@@ -199,6 +200,10 @@ class AwsWorld:
     @property
     def sim_root(self) -> Path:
         return self.tmp / "sim"
+
+    def stop_simulated(self) -> list[int]:
+        """Stop every simulated instance of this world (a failed test stops its nodes too)."""
+        return SimulatedNodes(SimulateConfig(str(self.sim_root)), self.url).stop_all()
 
     def config(self, **overrides: Any) -> dict[str, Any]:
         # image_python: the fake image runs this interpreter's Python (as a user names an

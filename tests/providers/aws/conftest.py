@@ -26,7 +26,6 @@ from flow_testing import moto_server
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
 
-from flow_sdk.providers.aws._simulate import SimulatedNodes
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +69,7 @@ def aws(moto_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     """A fresh moto world with fake credentials in this process's environment."""
     world = fresh_world(moto_url, tmp_path, monkeypatch)
     yield world
-    SimulatedNodes(world.sim_root).stop_all()  # a failed simulated test stops its nodes too
+    world.stop_simulated()  # a failed simulated test stops its nodes too
 
 
 @pytest.fixture()

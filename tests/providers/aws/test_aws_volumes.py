@@ -147,13 +147,15 @@ def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
         Filters=[{"Name": "tag-key", "Values": ["flow:volume"]}])["Volumes"]) == 1
 
 
-@pytest.mark.parametrize("field", ["volumes", "mounts"])
-def test_simulated_cloud_refuses_volumes_naming_the_field(aws: AwsWorld, field: str) -> None:
+def test_simulated_cloud_takes_file_volumes_and_mounts_but_refuses_block_volumes(
+        aws: AwsWorld) -> None:
     provider = aws.provider(simulate={"root": str(aws.sim_root)})
-    given = FILE_VOLUME if field == "volumes" else {"/data": "s3://datasets/x"}
-    problems = provider.check(spec(num_instances=1, priority="high", **{field: given}))
-    assert [p.field for p in problems] == [field]
-    assert "simulated" in problems[0].message
+    assert provider.check(spec(num_instances=1, priority="high", volumes=FILE_VOLUME,
+                               mounts={"/data": "s3://datasets/x"})) == []
+    block = {"/scratch": {"name": "scratch", "size_gb": 10, "interface": "block"}}
+    problems = provider.check(spec(num_instances=1, priority="high", volumes=block))
+    assert [p.field for p in problems] == ["volumes['/scratch']"]
+    assert "simulated" in problems[0].message and "interface='file'" in problems[0].message
 
 
 def test_replacement_node_mounts_the_gangs_file_volume_in_its_zone(aws: AwsWorld) -> None:

@@ -64,12 +64,14 @@ def test_the_bootstrap_fetches_checks_then_installs_the_named_wheel() -> None:
     script = _script()
     fetch = script.index("aws s3 cp")
     verify = script.index('flow_verify_code "$wheel"')
-    install = script.index('/opt/flow/venv/bin/pip install --quiet "$wheel"')
+    install = script.index('--python /opt/flow/venv/bin/python install --quiet "$wheel"')
     assert fetch < verify < install
     assert "FLOW_CODE_URL=s3://flow-test-bucket/flow/code/" + "ab" * 32 + ".whl" in script
     assert "FLOW_CODE_SHA256=" + "ab" * 32 in script
-    assert "pip install" not in script.replace('pip install --quiet "$wheel"', "").replace(
-        'pip install --quiet "/opt/flow/code/$FLOW_CODE_FILE"', "")  # nothing by name
+    installs = [line for line in script.splitlines()
+                if re.search(r"\bpip\b.*\binstall\b", line) and not line.lstrip().startswith("#")]
+    assert len(installs) == 2  # the wheel, on the image or in the task's container; nothing by name
+    assert all('"$wheel"' in line or "$FLOW_CODE_FILE" in line for line in installs)
 
 
 def test_a_node_python_of_another_minor_is_refused() -> None:

@@ -1,5 +1,8 @@
 """A private root for the calling thread and its children: the host's root plus bind mounts.
 
+Used by the node agent to show volumes at their literal paths (``flow_sdk.volumes``) and by the
+simulated cloud to give each simulated instance its own ``/var/lib/flow`` and ``/opt/flow``.
+
 Linux only, and only with ``CAP_SYS_ADMIN`` (root on a node, or a privileged container). The
 calling thread leaves the host's mount namespace (``unshare(CLONE_NEWNS)``, which a thread of
 a multi-threaded process may do for itself), stops mount propagation back to the host, builds
@@ -185,3 +188,9 @@ def enter_private_root(binds: Sequence[Bind], staging: Path) -> list[str]:
     if os.path.ismount(copy):
         _check(libc.umount2(os.fsencode(copy), MNT_DETACH), f"umount {copy}")
     return skipped
+
+
+def bind_file(source: Path, target: str) -> None:
+    """Show the file ``source`` at ``target`` (an existing file) in this namespace only; call
+    after ``enter_private_root``, whose namespace propagates nothing back to the host."""
+    _mount(_libc(), str(source), target, None, MS_BIND)

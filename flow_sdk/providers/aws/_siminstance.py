@@ -1,0 +1,181 @@
+"""One simulated EC2 instance: ``python -m flow_sdk.providers.aws._siminstance <instance.json>``.
+
+It plays what EC2 and the instance's OS do for a real node, and nothing more:
+
+* the instance metadata service: an IMDSv2 emulator on loopback (``_simimds``), which the node
+  reaches through ``AWS_EC2_METADATA_SERVICE_ENDPOINT``;
+* boot: after ``boot_delay_s`` (a slow image or network), the rendered user-data runs,
+  unmodified, with bash as root in a mount namespace of the instance's own (``_simroot``), in
+  the environment a cloud-init run has, plus the endpoint overrides: ``AWS_ENDPOINT_URL``
+  sends the node's AWS calls (S3, CloudWatch Logs, EC2) to the simulated cloud's endpoint;
+* what cannot exist on this machine, through shims on the node's PATH (``simshims/``):
+  ``shutdown`` asks this process to power the instance off (now, or after N minutes of
+  ``minute_s`` seconds each), and an NFS mount of an EFS file system binds that file system's
+  shared directory under ``<root>/efs``;
+* power-off: the instance is terminated through EC2, as ``InstanceInitiatedShutdownBehavior=
+  terminate`` does, and every process of the instance (all carry ``FLOW_SIM_INSTANCE``) is
+  stopped. Code install runs offline (``PIP_NO_INDEX``), from ``wheelhouse`` when one is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+
+from flow_sdk.aws_clients import make_client
+from flow_sdk.providers import process
+from flow_sdk.providers.aws._simimds import ImdsEmulator
+
+CONTROL_DIR = "/run/flow-sim"  # in the instance's namespace: where ``shutdown`` writes
+POWEROFF_FILE = "poweroff"  # its text: the epoch second to power off at
+INSTANCE_ENV = "FLOW_SIM_INSTANCE"  # every process of the instance: "<task id>/<instance id>"
+SHIMS = Path(__file__).resolve().parent / "simshims"  # copied under the root at launch
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What one simulated instance is and where its files live."""
+
+    instance_id: str
+    task_id: str
+    address: str  # its private address as the other nodes reach it (loopback)
+    region: str
+    endpoint_url: str  # the simulated cloud's AWS endpoint (a moto server)
+    node_dir: str  # the instance's own files: user-data, state, console, control
+    efs_root: str  # <root>/efs: one shared directory per EFS file system
+    shims: str  # the directory of the shims, first on the node's PATH
+    mount_paths: tuple[str, ...]  # the task's volume and mount paths
+    minute_s: float  # how long one minute of ``shutdown -h +N`` lasts
+    boot_delay_s: float
+    wheelhouse: str | None  # where pip finds wheels (no index is ever reached)
+    python: str  # the image's python3
+
+    @property
+    def tag(self) -> str:
+        return f"{self.task_id}/{self.instance_id}"
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), sort_keys=True))
+
+    @classmethod
+    def load(cls, path: Path) -> InstanceSpec:
+        data = json.loads(path.read_text())
+        data["mount_paths"] = tuple(data["mount_paths"])
+        return cls(**data)
+
+
+def instance_pids(tag: str) -> list[int]:
+    """Live processes of the simulated instance ``tag`` (this one excluded)."""
+    return process.pids_with_env(INSTANCE_ENV, [tag])
+
+
+def boot_env(spec: InstanceSpec, imds_endpoint: str, environ: dict[str, str]) -> dict[str, str]:
+    """The user-data's environment: a cloud-init run's, the endpoint overrides, and the AWS
+    credentials of the simulated cloud (a real node has its instance profile instead)."""
+    python_bin = str(Path(spec.python).parent)
+    env = {
+        "PATH": os.pathsep.join([spec.shims, python_bin, "/usr/local/sbin", "/usr/local/bin",
+                                 "/usr/sbin", "/usr/bin", "/sbin", "/bin"]),
+        "HOME": "/root", "LANG": "C.UTF-8",
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds_endpoint,
+        "AWS_ENDPOINT_URL": spec.endpoint_url,
+        "AWS_DEFAULT_REGION": spec.region,
+        "PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        INSTANCE_ENV: spec.tag,
+        "FLOW_SIM_EFS_ROOT": spec.efs_root,
+        "FLOW_SIM_MINUTE_S": repr(spec.minute_s),
+    }
+    if spec.wheelhouse:
+        env["PIP_FIND_LINKS"] = spec.wheelhouse
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if environ.get(key):
+            env[key] = environ[key]
+    return env
+
+
+class Instance:
+    """The running instance: its metadata service, its boot, its power-off."""
+
+    def __init__(self, spec: InstanceSpec) -> None:
+        self.spec = spec
+        self.node = Path(spec.node_dir)
+        self.poweroff = self.node / "control" / POWEROFF_FILE
+        self.log = open(self.node / "instance.log", "a", buffering=1, encoding="utf-8")
+        self.stopped = False  # set on SIGTERM: the instance was terminated through the API
+
+    def say(self, text: str) -> None:
+        self.log.write(f"{time.strftime('%H:%M:%S')} {self.spec.instance_id}: {text}\n")
+
+    def power_off_at(self) -> float | None:
+        try:
+            return float(self.poweroff.read_text().strip() or "0")
+        except FileNotFoundError:
+            return None
+
+    def run(self) -> int:
+        imds = ImdsEmulator({"instance-id": self.spec.instance_id,
+                             "local-ipv4": self.spec.address,
+                             "placement/region": self.spec.region})
+        endpoint = imds.start()
+        (self.node / "control").mkdir(parents=True, exist_ok=True)
+        time.sleep(self.spec.boot_delay_s)
+        env = boot_env(self.spec, endpoint, dict(os.environ))
+        env_file = self.node / "boot-env.json"
+        env_file.write_text(json.dumps(env))
+        env_file.chmod(0o600)
+        with open(self.node / "console.log", "ab") as console:
+            boot = subprocess.Popen([sys.executable, "-m", "flow_sdk.providers.aws._simroot",
+                                     str(self.node / "instance.json")],
+                                    stdin=subprocess.DEVNULL, stdout=console,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, INSTANCE_ENV: self.spec.tag})
+        self.say(f"booting (user-data as pid {boot.pid})")
+        reported = False
+        while not self.stopped:
+            at = self.power_off_at()
+            if at is not None and time.time() >= at:
+                self.terminate()
+                break
+            if not reported and boot.poll() is not None:
+                self.say(f"user-data exited with code {boot.returncode}")
+                reported = True
+            time.sleep(_POLL_S)
+        self.stop_processes()
+        boot.wait()
+        imds.stop()
+        self.say("powered off")
+        return 0
+
+    def terminate(self) -> None:
+        """What the OS's power-off does to an instance launched with shutdown behaviour
+        ``terminate``: EC2 terminates it."""
+        ec2 = make_client("ec2", self.spec.region, endpoint_url=self.spec.endpoint_url)
+        ec2.terminate_instances(InstanceIds=[self.spec.instance_id])
+        self.say("terminated through EC2 (the node powered off)")
+
+    def stop_processes(self) -> None:
+        stopped = process.stop_pids(instance_pids(self.spec.tag))
+        if stopped:
+            self.say(f"stopped {len(stopped)} process(es)")
+
+
+def main(argv: list[str]) -> int:
+    instance = Instance(InstanceSpec.load(Path(argv[1])))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        instance.stopped = True  # terminated through the API: stop everything, no EC2 call
+
+    signal.signal(signal.SIGTERM, stop)
+    return instance.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

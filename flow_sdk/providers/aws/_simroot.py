@@ -1,0 +1,51 @@
+"""Runs a simulated instance's user-data the way its OS would, as root in a mount namespace of
+its own: ``python -m flow_sdk.providers.aws._simroot <instance.json>`` (started by
+``_siminstance``).
+
+The namespace shows the host's files (``flow_sdk.mountns``) except the node's own state:
+``/var/lib/flow``, ``/opt/flow``, the control directory the ``shutdown`` shim writes to, and one
+empty directory per task mount path, each a directory of this instance's. ``/dev/console`` is
+the instance's console file (what EC2's GetConsoleOutput would show). Then it replaces itself
+with ``bash <user-data>`` in the environment ``_siminstance`` prepared: the script runs
+unmodified, and nothing it or its children mount reaches the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from flow_sdk.mountns import Bind, bind_file, enter_private_root
+from flow_sdk.providers.aws._siminstance import CONTROL_DIR, InstanceSpec
+
+
+def private_binds(spec: InstanceSpec) -> list[Bind]:
+    """The node's own directories and where they appear in its namespace."""
+    node = Path(spec.node_dir)
+    binds = [Bind("/var/lib/flow", node / "state", False),
+             Bind("/opt/flow", node / "opt", False),
+             Bind(CONTROL_DIR, node / "control", False)]
+    for i, path in enumerate(spec.mount_paths):
+        binds.append(Bind(path, node / "mountpoints" / str(i), False))
+    for bind in binds:
+        bind.source.mkdir(parents=True, exist_ok=True)
+    return binds
+
+
+def main(argv: list[str]) -> NoReturn:
+    spec = InstanceSpec.load(Path(argv[1]))
+    node = Path(spec.node_dir)
+    env = json.loads((node / "boot-env.json").read_text())
+    console = node / "console.log"
+    console.touch()
+    enter_private_root(private_binds(spec), node / "root")
+    bind_file(console, "/dev/console")
+    os.chdir("/")
+    os.execve("/bin/bash", ["bash", str(node / "user-data")], env)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,250 @@
+"""The simulated cloud boots every node through the real bootstrap (the rendered user-data, run
+by bash as root in the instance's own mount namespace): the caller's SDK wheel fetched from the
+store and checked by digest, installed offline, volumes mounted through the shims, the runtime
+cap's power-off timer, and the boot log shipped whatever happens."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_moto_world import BUCKET, AwsWorld
+from flow_testing import wait_until
+
+from flow_sdk import FlowApp, TaskFailedError, TaskStatus, ValidationError, sdkwheel
+from flow_sdk.providers.aws import AwsProvider
+from flow_sdk.providers.aws._siminstance import INSTANCE_ENV
+
+pytestmark = pytest.mark.slow
+
+
+def package_digest() -> str:
+    """SHA-256 over the files of the flow_sdk package this process imports."""
+    h = hashlib.sha256()
+    for name, data in sdkwheel.package_files(sdkwheel.package_dir()):
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def _whoami(n: int) -> dict[str, Any]:
+    import hashlib
+    import os
+
+    import flow_sdk
+    from flow_sdk import sdkwheel
+
+    h = hashlib.sha256()
+    for name, data in sdkwheel.package_files(sdkwheel.package_dir()):
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    rank = int(os.environ["RANK"])
+    return {"sdk": flow_sdk.__file__, "digest": h.hexdigest(), "rank": rank,
+            "world": int(os.environ["WORLD_SIZE"]), "value": sum(i * i for i in range(n)) + rank}
+
+
+def _mounts_under(root: Path) -> list[str]:
+    """Mount points on this machine (the host's namespace) under ``root``."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [line.split()[4] for line in lines if line.split()[4].startswith(str(root))]
+
+
+def _no_leftovers(aws: AwsWorld, provider: AwsProvider, task_id: str) -> None:
+    assert aws.non_terminated() == []
+    assert provider.live_pids(task_id) == []
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit()
+                and _tagged(p, task_id)]
+    assert _mounts_under(aws.sim_root) == []
+
+
+def _tagged(proc: Path, task_id: str) -> bool:
+    try:
+        environ = (proc / "environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    return any(item.startswith(f"{INSTANCE_ENV}={task_id}/".encode()) for item in environ)
+
+
+def _sim(aws: AwsWorld, **settings: Any) -> FlowApp:
+    return FlowApp("boot", provider="aws", provider_config=aws.config(
+        simulate={"root": str(aws.sim_root), **settings}))
+
+
+def test_two_nodes_boot_the_callers_sdk_by_digest_and_match_the_local_provider(
+        aws: AwsWorld) -> None:
+    fn = _sim(aws).function(num_instances=2, priority="high")(_whoami)
+    task = fn.spawn(1000)
+    try:
+        results = task.results(timeout=240)
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()
+    assert task.status is TaskStatus.SUCCEEDED
+    mine = package_digest()
+    for r in results:  # each node imports the SDK the bootstrap installed from the wheel
+        assert r["sdk"].startswith("/opt/flow/venv/"), r["sdk"]
+        assert r["digest"] == mine
+    # the wheel the nodes fetched is the one the launch stored, by content digest
+    wheel = sdkwheel.build()
+    listed = aws.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="flow/code/")
+    assert [o["Key"] for o in listed["Contents"]] == [f"flow/code/{wheel.sha256}.whl"]
+    boot = "\n".join(task.logs(source="boot"))
+    assert "[Node 0]" in boot and "[Node 1]" in boot and "agent started" in boot
+    local = FlowApp("boot-local", provider="local").function(num_instances=2)(_whoami)
+    local_results = local.spawn(1000).results(timeout=120)
+
+    def shape(rows: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+        return [(r["rank"], r["world"], r["value"]) for r in rows]
+
+    assert shape(results) == shape(local_results)
+    provider = task.provider
+    assert isinstance(provider, AwsProvider)
+    _no_leftovers(aws, provider, task.task_id)
+
+
+def test_a_tampered_sdk_wheel_is_refused_by_the_node(aws: AwsWorld) -> None:
+    fn = _sim(aws, boot_delay_s=[4, 4]).function(num_instances=2, priority="high")(_whoami)
+    task = fn.spawn(10)
+    wheel = sdkwheel.build()
+    key = f"flow/code/{wheel.sha256}.whl"
+    aws.client("s3").put_object(Bucket=BUCKET, Key=key, Body=wheel.data + b"tampered")
+    with pytest.raises(TaskFailedError) as failed:
+        task.result(timeout=180)
+    message = str(failed.value)
+    assert wheel.sha256 in message and "altered" in message
+    assert "nothing was installed" in message  # the boot log's last lines are in the error
+    assert "nothing was installed" in "\n".join(task.logs(source="boot"))
+    provider = task.provider
+    assert isinstance(provider, AwsProvider)
+    _no_leftovers(aws, provider, task.task_id)
+
+
+def test_a_node_whose_boot_fails_before_the_agent_leaves_its_output(aws: AwsWorld) -> None:
+    fn = _sim(aws, boot_delay_s=[4, 4]).function(num_instances=2, priority="high")(_whoami)
+    task = fn.spawn(10)
+    wheel = sdkwheel.build()
+    aws.client("s3").delete_object(Bucket=BUCKET, Key=f"flow/code/{wheel.sha256}.whl")
+    with pytest.raises(TaskFailedError) as failed:
+        task.result(timeout=180)
+    message = str(failed.value)
+    assert "died in boot" in message or "boot" in message
+    assert "404" in message or "Not Found" in message or "does not exist" in message
+    assert "finished with exit code" in "\n".join(task.logs(source="boot"))
+    provider = task.provider
+    assert isinstance(provider, AwsProvider)
+    _no_leftovers(aws, provider, task.task_id)
+
+
+def test_an_image_python_of_another_version_is_refused_before_launch(
+        aws: AwsWorld, tmp_path: Path) -> None:
+    other = tmp_path / "python3"
+    other.write_text("#!/bin/sh\necho 3.99\n")
+    other.chmod(0o755)
+    app = _sim(aws, python=str(other))
+    with pytest.raises(ValidationError, match=r"Python 3\.99.*Python 3\.\d+"):
+        app.function(num_instances=2, priority="high")(_whoami)
+    assert aws.instances() == []
+
+
+def test_a_node_booting_60s_after_its_peer_still_joins(aws: AwsWorld) -> None:
+    fn = _sim(aws, boot_delay_s=[0, 60]).function(num_instances=2, priority="high")(_whoami)
+    started = time.monotonic()
+    task = fn.spawn(10)
+    try:
+        results = task.results(timeout=300)
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()
+    assert task.status is TaskStatus.SUCCEEDED
+    assert [r["rank"] for r in results] == [0, 1]
+    assert time.monotonic() - started >= 60
+
+
+_CALLER = """
+import json, sys, time
+from flow_sdk import FlowApp
+
+def sleeper() -> None:
+    time.sleep(3600)
+
+config = json.loads(sys.argv[1])
+fn = FlowApp("capped", provider="aws", provider_config=config).function(
+    num_instances=1, priority="high", max_run_time_hours=1)(sleeper)
+task = fn.spawn()
+print(task.task_id, flush=True)
+"""
+
+
+def test_the_runtime_cap_timer_terminates_the_instance_with_the_caller_gone(
+        aws: AwsWorld, tmp_path: Path) -> None:
+    # 1 h cap + 10 min grace = a 70-minute power-off timer; 0.5 s minutes make it 35 s
+    config = aws.config(simulate={"root": str(aws.sim_root), "minute_s": 0.5})
+    script = tmp_path / "caller.py"
+    script.write_text(_CALLER)
+    caller = subprocess.run([sys.executable, str(script), json.dumps(config)],
+                            capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert caller.returncode == 0, caller.stderr
+    task_id = caller.stdout.split()[-1]  # the caller has exited: nobody will cancel the task
+    wait_until(lambda: aws.non_terminated() == [] and aws.instances() != [], 150,
+               "the node's power-off timer to terminate its instance")
+    instance_log = next((aws.sim_root / "nodes" / task_id).glob("i-*/instance.log"), None)
+    if instance_log is not None:  # still on disk until the provider tidies the task
+        assert "terminated through EC2 (the node powered off)" in instance_log.read_text()
+    wait_until(lambda: not [p for p in Path("/proc").iterdir()
+                            if p.name.isdigit() and _tagged(p, task_id)], 30,
+               "every process of the instance to stop")
+    assert _mounts_under(aws.sim_root) == []
+
+
+def _share(path: str) -> dict[str, Any]:
+    import os
+    import time
+    from pathlib import Path
+
+    rank = int(os.environ["RANK"])
+    shared = Path("/shared/ckpt")
+    (shared / f"from-{rank}").write_text(f"node {rank}")
+    deadline = time.monotonic() + 60
+    while len(list(shared.glob("from-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    data = Path(path).read_text()
+    try:
+        (Path(path).parent / "mine").write_text("no")
+        refused = ""
+    except OSError as exc:
+        refused = type(exc).__name__
+    return {"seen": sorted(p.name for p in shared.glob("from-*")), "data": data,
+            "refused": refused}
+
+
+def test_an_efs_volume_is_shared_by_two_nodes_and_an_s3_mount_is_read_only(
+        aws: AwsWorld) -> None:
+    s3 = aws.client("s3")
+    s3.create_bucket(Bucket="datasets")
+    s3.put_object(Bucket="datasets", Key="train/part-0.txt", Body=b"rows")
+    fn = _sim(aws).function(
+        num_instances=2, priority="high",
+        volumes={"/shared/ckpt": {"name": "ckpt", "size_gb": 5, "interface": "file"}},
+        mounts={"/data/train": "s3://datasets/train"})(_share)
+    task = fn.spawn("/data/train/part-0.txt")
+    try:
+        results = task.results(timeout=240)
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()
+    assert task.status is TaskStatus.SUCCEEDED, task.logs()
+    for r in results:
+        assert r["seen"] == ["from-0", "from-1"]
+        assert r["data"] == "rows"
+        assert r["refused"] in ("OSError", "PermissionError")
+    [fs] = aws.client("efs").describe_file_systems(CreationToken="ckpt")["FileSystems"]
+    shared = aws.sim_root / "efs" / fs["FileSystemId"]
+    assert sorted(p.name for p in shared.iterdir()) == ["from-0", "from-1"]
+    provider = task.provider
+    assert isinstance(provider, AwsProvider)
+    _no_leftovers(aws, provider, task.task_id)

@@ -8,9 +8,9 @@ calling thread leaves the host's mount namespace (``unshare(CLONE_NEWNS)``, whic
 a multi-threaded process may do for itself), stops mount propagation back to the host, builds
 a new root on a small tmpfs, and ``chroot``s into it:
 
-* every entry of ``/`` is mirrored (directories bind-mounted recursively, files bind-mounted,
-  symlinks copied), so the node's programs, ``/proc``, ``/dev``, ``/tmp``, home and data dirs
-  are the host's own;
+* every entry of ``/`` is mirrored (directories bind-mounted recursively, files and device
+  nodes bind-mounted, symlinks copied), so the node's programs, ``/proc``, ``/dev``,
+  ``/tmp``, home and data dirs are the host's own;
 * each mount path is an empty directory on the tmpfs with its source bind-mounted over it,
   read-only where asked (the kernel then refuses every write with ``EROFS``, root included);
 * directories on the way to a mount path that do not exist on the host live on the tmpfs,
@@ -137,11 +137,13 @@ def _mirror(libc: ctypes.CDLL, entry: os.DirEntry[str], target: Path,
     elif entry.is_dir(follow_symlinks=False):
         target.mkdir()
         _mount(libc, entry.path, str(target), None, MS_BIND | MS_REC)
-    elif entry.is_file(follow_symlinks=False):
+    else:  # files, and the device nodes, sockets and fifos of a directory like /dev
         target.touch()
-        _mount(libc, entry.path, str(target), None, MS_BIND)
-    else:  # sockets, fifos, device nodes directly on the way to a mount path
-        skipped.append(entry.path)
+        try:
+            _mount(libc, entry.path, str(target), None, MS_BIND)
+        except OSError:
+            target.unlink()
+            skipped.append(entry.path)
 
 
 def _populate(libc: ctypes.CDLL, stage: Path, real: Path, tree: dict[str, dict],  # type: ignore[type-arg]
@@ -161,8 +163,8 @@ def enter_private_root(binds: Sequence[Bind], staging: Path) -> list[str]:
 
     ``staging`` is an empty directory the new root is built on (it stays empty on the host).
     Returns host entries that could not be mirrored (special files on the way to a mount
-    path). Raises NamespaceUnavailable when no private mount namespace can be had; any other
-    OSError means the namespace exists but was not completed (the thread's root is unchanged).
+    path that refused a bind mount). Raises NamespaceUnavailable when no private mount
+    namespace can be had; any other OSError means the namespace exists but was not completed (the thread's root is unchanged).
     """
     libc = _libc()
     if libc.unshare(CLONE_NEWNS) != 0:

@@ -7,8 +7,11 @@ is why ``interface="block"`` is single-node (``TaskSpec`` rejects it with ``num_
 1. before launch: :func:`block_volume_zone` (launch in the zone of an existing volume) and
    :func:`ensure_block_volume` (find or create it in the launch zone);
 2. after ``run_instances``: :func:`attach_block_volume` for the node;
-3. in user-data: :func:`mount_script`, which waits for the device, makes an ext4 file system
-   on a blank volume (never on one holding data) and mounts it before the agent starts.
+3. in user-data: :func:`mount_script`, which waits for the device and mounts it before the
+   agent starts. It makes an ext4 file system only on a volume flow created and tagged
+   ``flow:formatted=false`` (and that ``blkid`` finds blank), then tags it formatted; on any
+   other volume it refuses to format, so a ``blkid`` that fails transiently can never wipe
+   a volume holding data.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from flow_sdk.spec import VolumeSpec
 from flow_sdk.errors import VolumeError, VolumeInUseError
 
 TAG_VOLUME = "flow:volume"
+TAG_FORMATTED = "flow:formatted"  # "false" from creation until the node made its file system
 DEVICES = tuple(f"/dev/sd{letter}" for letter in "fghijklmnop")
 
 
@@ -39,13 +43,16 @@ class BlockVolume:
     state: str  # creating | available | in-use | ...
     attached_to: str | None  # instance id
     created: bool = False
+    never_formatted: bool = False  # flow created it blank and no node has formatted it yet
 
 
 def _volume(d: Mapping[str, Any], name: str, created: bool = False) -> BlockVolume:
     attached = [a["InstanceId"] for a in d.get("Attachments", [])
                 if a.get("State") in ("attaching", "attached")]
+    tags = {t["Key"]: t["Value"] for t in d.get("Tags", [])}
     return BlockVolume(d["VolumeId"], name, d["AvailabilityZone"], int(d["Size"]), d["State"],
-                       attached[0] if attached else None, created)
+                       attached[0] if attached else None, created,
+                       never_formatted=tags.get(TAG_FORMATTED) == "false")
 
 
 def _describe(ec2: Any, name: str) -> list[dict[str, Any]]:
@@ -95,7 +102,8 @@ def ensure_block_volume(ec2: Any, volume: VolumeSpec, zone: str, *, timeout_s: f
     found = find_block_volume(ec2, volume.name)
     created = False
     if found is None:
-        tags = [{"Key": "Name", "Value": volume.name}, {"Key": TAG_VOLUME, "Value": volume.name}]
+        tags = [{"Key": "Name", "Value": volume.name}, {"Key": TAG_VOLUME, "Value": volume.name},
+                {"Key": TAG_FORMATTED, "Value": "false"}]
         description = ec2.create_volume(
             AvailabilityZone=zone, Size=volume.size_gb, VolumeType="gp3", Encrypted=True,
             TagSpecifications=[{"ResourceType": "volume", "Tags": tags}])
@@ -123,8 +131,8 @@ def attach_block_volume(ec2: Any, volume_id: str, instance_id: str, device: str 
     _wait(ec2, volume_id, ("in-use",), timeout_s, poll_s)
 
 
-_MOUNT_FUNCTION = """flow_mount_ebs() {
-  local serial="${1//-/}" dev=""
+_MOUNT_FUNCTION = """flow_mount_ebs() {  # volume id, device, mount path, fresh|keep
+  local serial="${1//-/}" dev="" tries
   for attempt in $(seq 1 120); do
     for candidate in "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_${serial}" \\
         "$2" "${2/\\/dev\\/sd//dev/xvd}"; do
@@ -133,7 +141,25 @@ _MOUNT_FUNCTION = """flow_mount_ebs() {
     sleep 5
   done
   if [ -z "$dev" ]; then echo "flow bootstrap: EBS volume $1 never appeared" >&2; return 1; fi
-  if ! blkid "$dev" >/dev/null 2>&1; then mkfs.ext4 -q "$dev"; fi
+  if [ "$4" = fresh ] && ! blkid "$dev" >/dev/null 2>&1; then
+    mkfs.ext4 -q "$dev"
+    aws ec2 create-tags --region "$FLOW_NODE_REGION" --resources "$1" \\
+      --tags Key=flow:formatted,Value=true \\
+      || echo "flow bootstrap: EBS volume $1 is formatted but still tagged" \\
+        "flow:formatted=false (ec2:CreateTags was refused)" >&2
+  else
+    tries=0
+    until blkid "$dev" >/dev/null 2>&1; do
+      tries=$((tries + 1))
+      if [ "$tries" -ge 10 ]; then
+        echo "flow bootstrap: EBS volume $1 has no file system that blkid can read, and flow" \\
+          "did not create it blank (no flow:formatted=false tag), so it may hold data: it" \\
+          "was not formatted; format it yourself, or use a volume flow creates" >&2
+        return 1
+      fi
+      sleep 2
+    done
+  fi
   mkdir -p "$3"
   mount "$dev" "$3"
 }"""
@@ -149,7 +175,7 @@ def mount_script(mounts: Mapping[str, BlockVolume]) -> str:
     lines = [_MOUNT_FUNCTION]
     for device, (path, volume) in zip(DEVICES, sorted(mounts.items())):
         lines.append(f"flow_mount_ebs {shlex.quote(volume.volume_id)} {shlex.quote(device)} "
-                     f"{shlex.quote(path)}")
+                     f"{shlex.quote(path)} {'fresh' if volume.never_formatted else 'keep'}")
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,10 @@ It plays what EC2 and the instance's OS do for a real node, and nothing more:
   ``shutdown`` asks this process to power the instance off (now, or after N minutes of
   ``minute_s`` seconds each), and an NFS mount of an EFS file system binds that file system's
   shared directory under ``<root>/efs``;
+* EBS: a volume EC2 reports attached to the instance becomes a loop device over
+  ``<root>/ebs/<volume id>.img`` (sparse, the volume's size), shown in the instance's
+  ``/dev/disk/by-id`` under the name a Nitro instance gives it, so the bootstrap's own wait,
+  ``blkid``, ``mkfs.ext4`` and ``mount`` run for real;
 * power-off: the instance is terminated through EC2, as ``InstanceInitiatedShutdownBehavior=
   terminate`` does, and every process of the instance (all carry ``FLOW_SIM_INSTANCE``) is
   stopped. Code install runs offline (``PIP_NO_INDEX``), from ``wheelhouse`` when one is set.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -38,6 +43,8 @@ POWEROFF_FILE = "poweroff"  # its text: the epoch second to power off at
 INSTANCE_ENV = "FLOW_SIM_INSTANCE"  # every process of the instance: "<task id>/<instance id>"
 SHIMS = Path(__file__).resolve().parent / "simshims"  # copied under the root at launch
 _POLL_S = 0.2
+_ATTACH_POLL_S = 1.0
+DEVICES_FILE = "devices.json"  # volume id -> loop device, for the stop of the instance
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,8 @@ class InstanceSpec:
     endpoint_url: str  # the simulated cloud's AWS endpoint (a moto server)
     node_dir: str  # the instance's own files: user-data, state, console, control
     efs_root: str  # <root>/efs: one shared directory per EFS file system
+    ebs_root: str  # <root>/ebs: one sparse image file per EBS volume
+    block_devices: bool  # the user-data waits for EBS volumes: watch EC2 for attachments
     shims: str  # the directory of the shims, first on the node's PATH
     mount_paths: tuple[str, ...]  # the task's volume and mount paths
     minute_s: float  # how long one minute of ``shutdown -h +N`` lasts
@@ -139,7 +148,12 @@ class Instance:
                                     env={**os.environ, INSTANCE_ENV: self.spec.tag})
         self.say(f"booting (user-data as pid {boot.pid})")
         reported = False
+        next_attach = 0.0
         while not self.stopped:
+            attaching = self.spec.block_devices and boot.poll() is None
+            if attaching and time.monotonic() >= next_attach:
+                self.attach_devices()
+                next_attach = time.monotonic() + _ATTACH_POLL_S
             at = self.power_off_at()
             if at is not None and time.time() >= at:
                 self.terminate()
@@ -149,6 +163,7 @@ class Instance:
                 reported = True
             time.sleep(_POLL_S)
         self.stop_processes()
+        detach_devices(self.node)
         boot.wait()
         imds.stop()
         self.say("powered off")
@@ -161,10 +176,51 @@ class Instance:
         ec2.terminate_instances(InstanceIds=[self.spec.instance_id])
         self.say("terminated through EC2 (the node powered off)")
 
+    def attach_devices(self) -> None:
+        """Show each EBS volume EC2 reports attached to this instance as a block device."""
+        ec2 = make_client("ec2", self.spec.region, endpoint_url=self.spec.endpoint_url)
+        volumes = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id",
+                                                 "Values": [self.spec.instance_id]}])["Volumes"]
+        devices = _devices(self.node)
+        for volume in volumes:
+            volume_id = volume["VolumeId"]
+            if volume_id in devices:
+                continue
+            image = Path(self.spec.ebs_root) / f"{volume_id}.img"
+            image.parent.mkdir(parents=True, exist_ok=True)
+            if not image.exists():
+                with open(image, "wb") as blank:
+                    blank.truncate(int(volume["Size"]) * 2**30)
+            loop = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
+                                  capture_output=True, text=True).stdout.strip()
+            devices[volume_id] = loop
+            (self.node / DEVICES_FILE).write_text(json.dumps(devices))
+            by_id = self.node / "disk" / "by-id"
+            by_id.mkdir(parents=True, exist_ok=True)
+            name = by_id / f"nvme-Amazon_Elastic_Block_Store_{volume_id.replace('-', '')}"
+            os.mknod(name, stat.S_IFBLK | 0o600, os.stat(loop).st_rdev)
+            self.say(f"EBS volume {volume_id} attached as {loop} ({image})")
+
     def stop_processes(self) -> None:
         stopped = process.stop_pids(instance_pids(self.spec.tag))
         if stopped:
             self.say(f"stopped {len(stopped)} process(es)")
+
+
+def _devices(node: Path) -> dict[str, str]:
+    path = node / DEVICES_FILE
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+def detach_devices(node: Path) -> list[str]:
+    """Detach the loop devices of the instance's EBS volumes (the kernel frees a device still
+    in use once its last user, a mount of the gone namespace, is released). Idempotent."""
+    detached = []
+    for loop in _devices(node).values():
+        if subprocess.run(["losetup", "-d", loop], capture_output=True).returncode == 0:
+            detached.append(loop)
+    (node / DEVICES_FILE).unlink(missing_ok=True)
+    return detached
 
 
 def main(argv: list[str]) -> int:

@@ -3,8 +3,9 @@ its own: ``python -m flow_sdk.providers.aws._simroot <instance.json>`` (started 
 ``_siminstance``).
 
 The namespace shows the host's files (``flow_sdk.mountns``) except the node's own state:
-``/var/lib/flow``, ``/opt/flow``, the control directory the ``shutdown`` shim writes to, and one
-empty directory per task mount path, each a directory of this instance's. ``/dev/console`` is
+``/var/lib/flow``, ``/opt/flow``, the control directory the ``shutdown`` shim writes to,
+``/dev/disk`` (where its EBS volumes appear), and one empty directory per task mount path,
+each a directory of this instance's. ``/dev/console`` is
 the instance's console file (what EC2's GetConsoleOutput would show). Then it replaces itself
 with ``bash <user-data>`` in the environment ``_siminstance`` prepared: the script runs
 unmodified, and nothing it or its children mount reaches the host.
@@ -27,7 +28,8 @@ def private_binds(spec: InstanceSpec) -> list[Bind]:
     node = Path(spec.node_dir)
     binds = [Bind("/var/lib/flow", node / "state", False),
              Bind("/opt/flow", node / "opt", False),
-             Bind(CONTROL_DIR, node / "control", False)]
+             Bind(CONTROL_DIR, node / "control", False),
+             Bind("/dev/disk", node / "disk", False)]
     for i, path in enumerate(spec.mount_paths):
         binds.append(Bind(path, node / "mountpoints" / str(i), False))
     for bind in binds:

@@ -16,8 +16,8 @@ by ``AwsConfig.node_runtime`` when provider_config has ``simulate``): the provid
 which runtime it holds. Replacement nodes (``add_instances``, called by a node agent under
 ``max_restarts``) are started the same way, from that agent's process; ``terminate_instances``
 stops the named instances. Users can rehearse their own launch code and configuration with it
-(README, "Rehearse an AWS launch"); it needs Linux and root (a private mount namespace per
-node), and has no block devices (EBS) and no sshd.
+(README, "Rehearse a launch on this machine"); it needs Linux and root (a private mount
+namespace per node, loop devices for EBS volumes), and runs no sshd.
 """
 
 from __future__ import annotations
@@ -38,7 +38,13 @@ from typing import Any
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.providers import process
 from flow_sdk.providers.aws import _userdata
-from flow_sdk.providers.aws._siminstance import INSTANCE_ENV, SHIMS, InstanceSpec, instance_pids
+from flow_sdk.providers.aws._siminstance import (
+    INSTANCE_ENV,
+    SHIMS,
+    InstanceSpec,
+    detach_devices,
+    instance_pids,
+)
 from flow_sdk.spec import TaskSpec
 
 @dataclass(frozen=True)
@@ -133,13 +139,9 @@ class SimulatedNodes:
         self.endpoint_url = endpoint_url
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
-        """What the simulated cloud cannot do: block volumes (it has no block devices), and
-        anything without Linux, root and an AWS endpoint."""
-        problems = [FieldProblem(f"volumes[{path!r}]", "the simulated aws cloud has no block "
-                                 "devices, so it cannot attach an EBS (interface='block') "
-                                 "volume; use interface='file' (EFS), or real EC2")
-                    for path, volume in sorted(spec.volumes.items())
-                    if volume.interface == "block"]
+        """What the simulated cloud cannot do: anything without Linux, root and an AWS
+        endpoint."""
+        problems: list[FieldProblem] = []
         if not sys.platform.startswith("linux") or os.geteuid() != 0:
             problems.append(FieldProblem("provider_config.simulate", "the simulated aws cloud "
                                          "runs each node's boot script as root in a mount "
@@ -223,7 +225,9 @@ class SimulatedNodes:
             spec = InstanceSpec(
                 instance_id=instance_id, task_id=task_id, address=address, region=region,
                 endpoint_url=self.endpoint_url, node_dir=str(node_dir),
-                efs_root=str(self.root / "efs"), shims=str(shims), mount_paths=mount_paths,
+                efs_root=str(self.root / "efs"), ebs_root=str(self.root / "ebs"),
+                block_devices="flow_mount_ebs " in user_data, shims=str(shims),
+                mount_paths=mount_paths,
                 minute_s=self.settings.minute_s,
                 boot_delay_s=delays[index] if index < len(delays) else 0.0,
                 wheelhouse=self.settings.wheelhouse, python=self.settings.python)
@@ -276,6 +280,7 @@ class SimulatedNodes:
         stopped.extend(process.stop_pids(instance_pids(rec["tag"])))
         _reap()
         node_dir = Path(rec["node_dir"])
+        detach_devices(node_dir)
         if node_dir.exists():
             keep = self.root / "boot" / str(rec["task_id"])  # for post-mortems
             keep.mkdir(parents=True, exist_ok=True)

@@ -152,6 +152,6 @@ def sample_mounts(spec: TaskSpec) -> str:
                                 v.size_gb)
              for p, v in spec.volumes.items() if v.interface == "file"}
     blocks = {p: _ebs.BlockVolume("vol-" + "f" * 17, v.name, "ap-southeast-3a", v.size_gb,
-                                  "available", None)
+                                  "available", None, never_formatted=True)
               for p, v in spec.volumes.items() if v.interface == "block"}
     return _efs.mount_script(files) + _ebs.mount_script(blocks)

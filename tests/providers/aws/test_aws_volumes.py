@@ -93,7 +93,7 @@ def test_block_volume_is_created_in_the_launch_zone_and_attached(aws: AwsWorld) 
         (node_id, "/dev/sdf")]
     script = user_data(aws, node_id)
     assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
-    assert f"flow_mount_ebs {volume['VolumeId']} /dev/sdf /scratch" in script
+    assert f"flow_mount_ebs {volume['VolumeId']} /dev/sdf /scratch fresh" in script
     provider.terminate("vol-ebs-1")
 
 
@@ -147,15 +147,12 @@ def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
         Filters=[{"Name": "tag-key", "Values": ["flow:volume"]}])["Volumes"]) == 1
 
 
-def test_simulated_cloud_takes_file_volumes_and_mounts_but_refuses_block_volumes(
-        aws: AwsWorld) -> None:
+def test_simulated_cloud_takes_volumes_and_mounts(aws: AwsWorld) -> None:
     provider = aws.provider(simulate={"root": str(aws.sim_root)})
     assert provider.check(spec(num_instances=1, priority="high", volumes=FILE_VOLUME,
                                mounts={"/data": "s3://datasets/x"})) == []
     block = {"/scratch": {"name": "scratch", "size_gb": 10, "interface": "block"}}
-    problems = provider.check(spec(num_instances=1, priority="high", volumes=block))
-    assert [p.field for p in problems] == ["volumes['/scratch']"]
-    assert "simulated" in problems[0].message and "interface='file'" in problems[0].message
+    assert provider.check(spec(num_instances=1, priority="high", volumes=block)) == []
 
 
 def test_replacement_node_mounts_the_gangs_file_volume_in_its_zone(aws: AwsWorld) -> None:

@@ -152,7 +152,7 @@ def test_block_volume_find_create_zone_attach(clients: dict[str, Any]) -> None:
         ebs.delete_block_volume(ec2, "scratch")
     script = ebs.mount_script({"/scratch": found})
     assert shlex.split(script.strip().splitlines()[-1]) == [
-        "flow_mount_ebs", made.volume_id, "/dev/sdf", "/scratch"]
+        "flow_mount_ebs", made.volume_id, "/dev/sdf", "/scratch", "fresh"]  # created blank
     assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
     ec2.detach_volume(VolumeId=made.volume_id, InstanceId=instance["InstanceId"])
     assert ebs.delete_block_volume(ec2, "scratch") is True

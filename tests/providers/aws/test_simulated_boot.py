@@ -248,3 +248,42 @@ def test_an_efs_volume_is_shared_by_two_nodes_and_an_s3_mount_is_read_only(
     provider = task.provider
     assert isinstance(provider, AwsProvider)
     _no_leftovers(aws, provider, task.task_id)
+
+
+def _keep(text: str) -> dict[str, Any]:
+    from pathlib import Path
+
+    scratch = Path("/scratch")
+    before = (scratch / "note").read_text() if (scratch / "note").exists() else ""
+    (scratch / "note").write_text(before + text)
+    return {"before": before, "mount": scratch.is_mount()}
+
+
+def test_an_ebs_volume_is_formatted_once_and_keeps_its_data(aws: AwsWorld) -> None:
+    volume = {"/scratch": {"name": "scratch", "size_gb": 1, "interface": "block"}}
+    fn = _sim(aws).function(num_instances=1, priority="high", volumes=volume)(_keep)
+    assert fn.remote("first ") == {"before": "", "mount": True}
+    [made] = aws.client("ec2").describe_volumes(
+        Filters=[{"Name": "tag:flow:volume", "Values": ["scratch"]}])["Volumes"]
+    tags = {t["Key"]: t["Value"] for t in made["Tags"]}
+    assert tags["flow:formatted"] == "true"  # the node formatted it, then said so
+    assert fn.remote("second") == {"before": "first ", "mount": True}  # not formatted again
+    assert _mounts_under(aws.sim_root) == []
+    wait_until(lambda: str(aws.sim_root) not in _loops(), 15,
+               "the volume's loop device to be detached")
+
+
+def _loops() -> str:
+    return subprocess.run(["losetup", "-a"], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_blank_ebs_volume_flow_did_not_create_is_never_formatted(aws: AwsWorld) -> None:
+    ec2 = aws.client("ec2")
+    zone = ec2.describe_availability_zones()["AvailabilityZones"][0]["ZoneName"]
+    ec2.create_volume(AvailabilityZone=zone, Size=1, TagSpecifications=[
+        {"ResourceType": "volume", "Tags": [{"Key": "flow:volume", "Value": "theirs"}]}])
+    volume = {"/scratch": {"name": "theirs", "size_gb": 1, "interface": "block"}}
+    fn = _sim(aws).function(num_instances=1, priority="high", volumes=volume)(_keep)
+    with pytest.raises(TaskFailedError, match="was not formatted"):
+        fn.remote("x")
+    assert aws.non_terminated() == []

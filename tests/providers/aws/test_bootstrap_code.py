@@ -8,9 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +17,7 @@ from aws_moto_world import NODE_CODE
 
 from flow_sdk import sdkwheel
 from flow_sdk.providers.aws import _userdata
+from flow_sdk.providers.process import pids_with_env, stop_pids
 
 
 def _script(**code: str) -> str:
@@ -156,7 +155,8 @@ def _boot(tmp_path: Path, wheel: bytes, **code: str) -> tuple[list[str], list[di
     bin_dir.mkdir()
     fakes = {
         "curl": 'case "$*" in *api/token*) echo tok;; *instance-id*) echo i-0abc;;\n'
-                '  *local-ipv4*) echo 127.0.0.1;; *) exit 22;; esac\n',
+                '  *local-ipv4*) echo 127.0.0.1;; *placement/region*) echo us-east-1;;\n'
+                '  *) exit 22;; esac\n',
         "aws": f'echo "aws $*" >> {calls}\n'
                f'if [ "$1 $2" = "s3 cp" ]; then cp {stored} "${{@: -1}}"; fi\n'
                'for a in "$@"; do case "$a" in file://*) cat "${a#file://}" >> '
@@ -170,12 +170,12 @@ def _boot(tmp_path: Path, wheel: bytes, **code: str) -> tuple[list[str], list[di
     path = f"{bin_dir}:{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/bin"
     with (tmp_path / "console").open("wb") as console:
         node = subprocess.Popen(["/bin/bash", str(tmp_path / "user-data.sh")],
-                                env={"PATH": path}, stdin=subprocess.DEVNULL, stdout=console,
+                                env={"PATH": path, "FLOW_TEST_NODE": str(tmp_path)}, stdin=subprocess.DEVNULL, stdout=console,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             node.wait(timeout=120)
         finally:  # the boot timeout's watchdog and the log tee outlive the script here
-            os.killpg(node.pid, signal.SIGKILL)
+            stop_pids(pids_with_env("FLOW_TEST_NODE", [str(tmp_path)]))
     shipped = [event for line in events.read_text().splitlines() if line.strip()
                for event in json.loads(line)] if events.exists() else []
     return calls.read_text().splitlines(), shipped

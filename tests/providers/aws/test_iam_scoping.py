@@ -41,6 +41,7 @@ from flow_sdk.providers.aws._iam import (
     role_name,
     task_policy,
 )
+from flow_sdk.providers.aws._launch import GangLauncher
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.spec import TaskSpec
 
@@ -334,6 +335,18 @@ def test_a_failed_launch_leaves_no_role(aws: AwsWorld, ec2_faults: Ec2Faults) ->
     iam = aws.client("iam")
     assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()[
         "InstanceProfiles"] == []
+
+
+def test_an_interrupted_launch_leaves_no_role(aws: AwsWorld,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(GangLauncher, "try_launch", interrupted)
+    provider = aws.provider()
+    with pytest.raises(KeyboardInterrupt):
+        launch_ids(provider, "int-1", spec(num_instances=1, priority="high"))
+    assert aws.client("iam").list_roles()["Roles"] == []
 
 
 # -- IAM's limits: policy size, profile propagation --------------------------------------------

@@ -3,8 +3,8 @@
 An instance profile's credentials carry no tag of the instance they run on, so one role shared
 by the tasks of a store cannot tell them apart: code in task A could read B's arguments, forge
 B's results or kill B's nodes. Each task's nodes therefore run with a role of their own
-(``flow-task-<digest>``, under the IAM path ``/flow-sdk/<store digest>/``, tagged with the task
-id and the store), whose one inline policy allows:
+(``flow-task-<digest of store and task>``, under the IAM path ``/flow-sdk/<store digest>/``,
+tagged with the task id), whose one inline policy allows:
 
 * the task's own objects: get, put and delete ``<prefix>tasks/<task id>/*``, list only under
   that folder; read-only the two shared objects it needs: its payload ``payloads/<digest>``
@@ -232,13 +232,14 @@ def check_policy_size(policy: dict[str, Any], mounts: Sequence[str]) -> None:
     """Raise when the policy would pass IAM's inline-policy limit (its mounts make it
     grow)."""
     size = len(policy_text(policy))
-    if size > POLICY_LIMIT:
-        raise ProviderError(
-            f"the task's node policy would be {size} characters with its {len(set(mounts))} "
-            f"S3 mount(s) (mounts), over IAM's {POLICY_LIMIT}-character limit for a role's "
-            "inline policies; mount fewer locations in mounts (a common parent prefix covers "
-            "several), shorten provider_config prefix and log_group_prefix, or set "
-            "provider_config instance_profile to a profile of your own")
+    if size <= POLICY_LIMIT:
+        return
+    fix = ("mount fewer locations in mounts (a common parent prefix covers several)"
+           if mounts else "shorten provider_config prefix and log_group_prefix")
+    raise ProviderError(
+        f"the task's node policy would be {size} characters with its {len(set(mounts))} S3 "
+        f"mount(s) (mounts), over IAM's {POLICY_LIMIT}-character limit for a role's inline "
+        f"policies; {fix}, or set provider_config instance_profile to a profile of your own")
 
 
 def create_task_role(iam: Any, access: TaskAccess) -> str:
@@ -250,9 +251,8 @@ def create_task_role(iam: Any, access: TaskAccess) -> str:
                             "letters, digits, '.', '_' and '-' only (ids from FlowApp do)")
     name = role_name(access.store_tag, access.task_id)
     path = role_path(access.store_tag)
-    tags = [{"Key": TAG_TASK, "Value": access.task_id},
-            {"Key": TAG_STORE, "Value": access.store_tag},
-            {"Key": "flow:managed", "Value": "true"}]
+    # the store is named by the path (a tag value could not hold a long prefix)
+    tags = [{"Key": TAG_TASK, "Value": access.task_id}, {"Key": "flow:managed", "Value": "true"}]
     try:
         try:
             role_arn = str(iam.create_role(
@@ -304,15 +304,16 @@ def delete_task_role(iam: Any, store_tag: str, task_id: str) -> list[str]:
 
 
 def task_roles(iam: Any, store_tag: str) -> dict[str, str]:
-    """The store's task roles still in IAM: role name -> task id (from its tag)."""
+    """The store's task roles still in IAM (under its path, named for the task they are
+    tagged with): role name -> task id."""
     found: dict[str, str] = {}
     for page in iam.get_paginator("list_roles").paginate(PathPrefix=role_path(store_tag)):
         for role in page["Roles"]:
             name = str(role["RoleName"])
-            tags = iam.list_role_tags(RoleName=name)["Tags"]
-            values = {t["Key"]: t["Value"] for t in tags}
-            if values.get(TAG_STORE) == store_tag and values.get(TAG_TASK):
-                found[name] = str(values[TAG_TASK])
+            tags = {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName=name)["Tags"]}
+            task_id = tags.get(TAG_TASK)
+            if task_id and name == role_name(store_tag, task_id):
+                found[name] = str(task_id)
     return found
 
 

@@ -176,8 +176,6 @@ class AwsProvider(Provider):
             problems.append(FieldProblem(exc.field, str(exc)))
         problems += self.runtime.check(spec)
         problems += self._check_python(spec)
-        problems += self._check_node_policy(spec)
-        problems += self._check_expiry(spec)
         if spec.image is not None and not _IMAGE_RE.match(spec.image):
             problems.append(FieldProblem(
                 "image", f"{spec.image!r} is not a container image reference such as "
@@ -196,7 +194,7 @@ class AwsProvider(Provider):
             except ProviderError as exc:
                 problems.append(FieldProblem("image" if spec.image else "provider_config",
                                              str(exc)))
-        return problems
+        return problems + self._check_node_policy(spec) + self._check_expiry(spec)
 
     def _check_node_policy(self, spec: TaskSpec) -> list[FieldProblem]:
         """The task's node policy, sized with the longest names it can hold, must fit IAM's

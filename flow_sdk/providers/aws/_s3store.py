@@ -129,10 +129,13 @@ class S3ObjectStore(ObjectStore):
             "bucket_owner to its account)")
 
     def _error(self, verb: str, what: str, exc: ClientError) -> ProviderError:
+        owner = self._owner()
+        owned = (f", and that account {owner} owns it (every request expects that owner)"
+                 if owner is not None else "")
         return ProviderError(f"S3 could not {verb} {what} in bucket {self._bucket_name()!r}: "
                              f"{error_code(exc)}: {error_message(exc)}; check that the bucket "
                              "exists in the provider's region and that your credentials (or the "
-                             "node's instance profile) may use it")
+                             f"node's instance profile) may use it{owned}")
 
     # -- ObjectStore ------------------------------------------------------------------------
 

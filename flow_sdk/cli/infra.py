@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from typing import Any
 
@@ -15,6 +16,7 @@ from flow_sdk.cli._options import F, backend, provider_config_of, spec_kwargs, s
 from flow_sdk.cli._output import emit_json, table
 from flow_sdk.errors import FieldProblem, FlowError, ValidationError
 from flow_sdk.providers import available_providers, get_provider
+from flow_sdk.providers.objects_gc import remove_finished_tasks
 from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.task import list_client_records
 
@@ -70,14 +72,35 @@ def _gc_targets(names: tuple[str, ...]) -> list[tuple[str, dict[str, Any] | None
     return targets
 
 
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None
+              ) -> float | None:
+    """``--older-than`` in seconds: a number and a unit (s, m, h, d, w), e.g. 7d or 12h."""
+    if value is None:
+        return None
+    match = _DURATION_RE.match(value.strip().lower())
+    if match is None:
+        raise click.BadParameter(f"{value!r} is not a duration such as 7d, 12h, 30m or 2w")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
 @main.command()
 @click.option("--provider", "providers", multiple=True,
               help="Only this provider (repeatable). Default: local and every provider "
                    "this machine's tasks used.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be stopped.")
+@click.option("--older-than", "older_than_s", callback=_duration, metavar="DURATION",
+              help="Also remove the stored objects (records, payloads, results) of tasks "
+                   "that finished more than DURATION ago, e.g. 7d or 12h; never those of a "
+                   "running task.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def gc(providers: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
-    """Stop what ended or orphaned tasks left running (processes, instances, resources)."""
+def gc(providers: tuple[str, ...], dry_run: bool, older_than_s: float | None,
+       as_json: bool) -> None:
+    """Stop what ended or orphaned tasks left running (processes, instances, resources);
+    with --older-than, also remove finished tasks' stored objects."""
     unknown = [name for name in providers if name not in available_providers()]
     if unknown:  # a usage error, before anything runs
         raise ValidationError([FieldProblem("provider", (
@@ -98,6 +121,18 @@ def gc(providers: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
         reports.append({"provider": name, **dataclasses.asdict(report)})
         if not as_json:
             click.echo(str(report))
+        if older_than_s is not None:
+            try:
+                objects = remove_finished_tasks(backend.store, older_than_s, dry_run=dry_run)
+            except FlowError as exc:
+                failed = True
+                reports.append({"provider": name, "error": str(exc)})
+                if not as_json:
+                    click.echo(f"{name}: {exc}", err=True)
+                continue
+            reports.append({"provider": name, "objects": dataclasses.asdict(objects)})
+            if not as_json:
+                click.echo(f"{name}: {objects}")
         if not dry_run and backend.volumes.shared_mount_caches() is not None:
             from flow_sdk.volumes import gc_mount_caches
 

@@ -234,3 +234,36 @@ def test_gc_stops_orphaned_and_ended_tasks_only(flow_home: Path, tmp_path: Path)
     assert "stopped 0 process(es)" in flow("gc").stdout
     assert flow("cancel", live_id).returncode == 0
     assert processes_with_env("FLOW_HOME", str(flow_home)) == []
+
+
+def test_gc_older_than_removes_finished_tasks_objects_only(flow_home: Path) -> None:
+    from flow_sdk import protocol
+    from flow_sdk.protocol import Outcome
+    from flow_sdk.providers.local import LocalProvider
+
+    store = LocalProvider().store
+    now = time.time()
+    for task_id in ("done-long-ago", "done-today", "still-running"):
+        store.put(protocol.task_key(task_id), b"{}")
+        store.put(protocol.result_key(task_id, 0), b"r")
+    store.put(protocol.outcome_key("done-long-ago"), protocol.to_json(
+        Outcome("SUCCEEDED", "done", now - 8 * 86400)))
+    store.put(protocol.outcome_key("done-today"), protocol.to_json(
+        Outcome("SUCCEEDED", "done", now - 3600)))
+
+    dry = flow("gc", "--provider", "local", "--older-than", "7d", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    [objects] = [e["objects"] for e in json.loads(dry.stdout) if "objects" in e]
+    assert objects["removed_tasks"] == ["done-long-ago"] and objects["dry_run"]
+    assert store.get(protocol.result_key("done-long-ago", 0)) == b"r"
+
+    done = flow("gc", "--provider", "local", "--older-than", "7d")
+    assert done.returncode == 0, done.stderr
+    assert "removed 3 object(s) of 1 task(s)" in done.stdout
+    assert store.list(protocol.task_prefix("done-long-ago")) == []
+    for task_id in ("done-today", "still-running"):  # too recent; running
+        assert store.get(protocol.result_key(task_id, 0)) == b"r"
+    hours = flow("gc", "--provider", "local", "--older-than", "0.5h", "--json")
+    [objects] = [e["objects"] for e in json.loads(hours.stdout) if "objects" in e]
+    assert objects["removed_tasks"] == ["done-today"]
+    assert store.get(protocol.result_key("still-running", 0)) == b"r"

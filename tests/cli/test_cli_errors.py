@@ -68,6 +68,7 @@ BAD = [  # (arguments, exit code, what the one line names)
     (["plan", "--provider", "local", "--provider-config", '{{"nope": 1}}'], 2,
      "known keys: root, ssh, sshd"),
     (["gc", "--provider", "nope"], 2, "--provider"),
+    (["gc", "--older-than", "a while"], 2, "--older-than"),
     (["volumes", "list", "--provider", "aws"], 1, "no AWS credentials"),
     (["volumes", "list", "--provider", "aws", "--region", "Nowhere"], 2,
      "'Nowhere' is not an AWS region"),

@@ -32,6 +32,10 @@ DLAMI_PYTHON = "3.12"  # the Python of that image's /opt/pytorch venv
 DEFAULT_PREFIX = "flow/"
 DEFAULT_LOG_GROUP_PREFIX = "/flow/"
 DEFAULT_SSH_USER = "ubuntu"  # the Deep Learning AMI (Ubuntu) login user
+# Task objects (records, results, errors) expire this many days after they were written (an
+# S3 lifecycle rule on the bucket); provider_config object_expiry_days changes it.
+DEFAULT_OBJECT_EXPIRY_DAYS = 30
+MAX_OBJECT_EXPIRY_DAYS = 3650
 # The broadest SSH source a task's security group may admit ("the caller", never the internet).
 MIN_SSH_PREFIX = {4: 16, 6: 48}
 
@@ -39,6 +43,7 @@ _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SSH_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_ACCOUNT_RE = re.compile(r"^[0-9]{12}$")
 _IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
 
 
@@ -67,6 +72,10 @@ class AwsConfig:
     region: str  # home region: the S3 bucket, CloudWatch Logs, the default launch region
     regions: tuple[str, ...] = ()  # launch regions in order of preference; () = (region,)
     bucket: str | None = None  # None: flow-sdk-<account>-<region>, created on first use
+    # The account that must own the bucket: every S3 call passes it as ExpectedBucketOwner,
+    # so a bucket of that name owned by anyone else is refused. None with the default bucket:
+    # the caller's account (from STS); None with a named bucket: not checked.
+    bucket_owner: str | None = None
     prefix: str = DEFAULT_PREFIX  # key prefix inside the bucket
     endpoint_url: str | None = None  # one endpoint for every service (moto), None for AWS
     ssh_cidr: str | None = None  # who may SSH to nodes; None: this machine's public IP /32
@@ -78,6 +87,9 @@ class AwsConfig:
     image_python: str | None = None
     log_group_prefix: str = DEFAULT_LOG_GROUP_PREFIX
     log_retention_days: int = 30
+    # Days after which S3 expires task objects (tasks/ under the prefix); None: no lifecycle
+    # rule (objects stay until `flow gc --older-than`).
+    object_expiry_days: int | None = DEFAULT_OBJECT_EXPIRY_DAYS
     max_launch_attempts: int = 32
     # Where a node reads its instance metadata (spot interruption notices). None: the real
     # IMDS on EC2; in the simulated cloud, no metadata service unless one is set. A
@@ -117,6 +129,13 @@ class AwsConfig:
         if bucket is not None and not _BUCKET_RE.match(bucket):
             raise ProviderError(f"provider_config.bucket {bucket!r} is not a valid S3 bucket "
                                 "name (3-63 characters of a-z, 0-9, '.' and '-')")
+        bucket_owner = config.get("bucket_owner")
+        if bucket_owner is not None and (not isinstance(bucket_owner, str)
+                                         or not _ACCOUNT_RE.match(bucket_owner)):
+            raise ProviderError(f"provider_config.bucket_owner {bucket_owner!r} must be the "
+                                "12-digit id of the AWS account that owns the bucket, e.g. "
+                                "'123456789012'")
+        expiry = _expiry_days(config.get("object_expiry_days", DEFAULT_OBJECT_EXPIRY_DAYS))
         prefix = config.get("prefix", DEFAULT_PREFIX)
         if not isinstance(prefix, str) or prefix.startswith("/") or (prefix and
                                                                      not prefix.endswith("/")):
@@ -154,13 +173,15 @@ class AwsConfig:
         launch = config.get("launch")
         code = config.get("code")
         return cls(
-            region=region, regions=regions, bucket=bucket, prefix=prefix,
+            region=region, regions=regions, bucket=bucket, bucket_owner=bucket_owner,
+            prefix=prefix,
             endpoint_url=config.get("endpoint_url"), ssh_cidr=ssh_cidr,
             instance_profile=config.get("instance_profile"), ami_id=config.get("ami_id"),
             ami_ssm_parameter=config.get("ami_ssm_parameter") or DLAMI_PARAMETER,
             image_python=image_python,
             log_group_prefix=config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX,
-            log_retention_days=retention, max_launch_attempts=attempts, imds_endpoint=imds,
+            log_retention_days=retention, object_expiry_days=expiry,
+            max_launch_attempts=attempts, imds_endpoint=imds,
             ssh_user=ssh_user, ssh_address=ssh_address, ssh_key_path=ssh_key_path,
             simulate=parse_simulate(simulate) if simulate is not None else None,
             launch=NodeLaunch(**launch) if launch is not None else None,
@@ -184,11 +205,13 @@ class AwsConfig:
         """The JSON-safe mapping ``from_mapping`` takes back (no credentials, by construction)."""
         data: dict[str, Any] = {
             "region": self.region, "regions": list(self.regions), "bucket": self.bucket,
+            "bucket_owner": self.bucket_owner,
             "prefix": self.prefix, "endpoint_url": self.endpoint_url, "ssh_cidr": self.ssh_cidr,
             "instance_profile": self.instance_profile, "ami_id": self.ami_id,
             "ami_ssm_parameter": self.ami_ssm_parameter, "image_python": self.image_python,
             "log_group_prefix": self.log_group_prefix,
             "log_retention_days": self.log_retention_days,
+            "object_expiry_days": self.object_expiry_days,
             "max_launch_attempts": self.max_launch_attempts,
             "imds_endpoint": self.imds_endpoint, "ssh_user": self.ssh_user,
             "ssh_address": self.ssh_address, "ssh_key_path": self.ssh_key_path,
@@ -223,6 +246,18 @@ def _check_region(name: Any, key: str) -> None:
     if not isinstance(name, str) or not REGION_RE.match(name):
         raise ProviderError(f"provider_config.{key}: {name!r} is not an AWS region name such "
                             "as 'us-east-1'")
+
+
+def _expiry_days(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            1 <= value <= MAX_OBJECT_EXPIRY_DAYS):
+        raise ProviderError(f"provider_config.object_expiry_days {value!r} must be a whole "
+                            f"number of days from 1 to {MAX_OBJECT_EXPIRY_DAYS} (default "
+                            f"{DEFAULT_OBJECT_EXPIRY_DAYS}), or null to keep task objects "
+                            "until `flow gc --older-than` removes them")
+    return value
 
 
 def _code(value: Any) -> CodeRef:

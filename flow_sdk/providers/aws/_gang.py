@@ -32,15 +32,27 @@ from flow_sdk.providers.base import Instance, LaunchRequest
 
 
 def launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list[Instance]:
-    """Start the task's nodes as one gang (trying ``offers`` in order), or none."""
+    """Start the task's nodes as one gang (trying ``offers`` in order), or none. However the
+    launch fails (an error, a signal), the node role it made for the task goes too."""
+    try:
+        return _launch(nodes, request, offers)
+    except BaseException as exc:
+        try:
+            nodes.delete_task_role(request.task_id)
+        except ProviderError as cleanup:
+            exc.add_note(f"{cleanup}; run `flow gc` to remove it")
+        raise
+
+
+def _launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list[Instance]:
     spec, task_id, cfg = request.spec, request.task_id, nodes.cfg
     efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
     nodes.task_efa[task_id] = efa
     contexts: dict[str, RegionContext] = {}
     attempts: list[Attempt] = []
     try:
-        profile, fresh = nodes.instance_profile(sorted(spec.mounts.values()))
         code = nodes.ship_code()  # the caller's SDK wheel, in the store before any node
+        profile, fresh = nodes.task_profile(task_id, spec, code)  # the task's own role
         ssh_cidr = caller_cidr(cfg)
         block_names = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
 
@@ -90,6 +102,7 @@ def launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list
             chosen, plan, raws = result.launched
             region = chosen.offer.region
             nodes.task_regions[task_id] = (region,)
+            nodes.grant_replacements(task_id, plan)  # pinned to where the gang landed
             nodes.volumes.attach_blocks(chosen.ctx, spec, task_id, raws)
             note = _abort(nodes, task_id, {r: c for r, c in contexts.items() if r != region})
             if note:  # failed tries' regions: no leftovers

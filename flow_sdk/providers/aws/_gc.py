@@ -1,5 +1,6 @@
-"""``flow gc`` for AWS: reclaim instances, security groups, key pairs and placement groups whose
-task has ended, or that carry no live task; and what the node runtime runs for ended tasks.
+"""``flow gc`` for AWS: reclaim instances, security groups, key pairs, placement groups and
+node roles (with their instance profiles and policies) whose task has ended, or that carry no
+live task; and what the node runtime runs for ended tasks.
 
 Only resources tagged with this provider's store (``flow:store = s3://bucket/prefix``) are
 considered, so two flow installations sharing an account never reclaim each other's. A task is
@@ -16,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from flow_sdk import protocol
 from flow_sdk.errors import ProviderError
 from flow_sdk.protocol import TaskRecord
+from flow_sdk.providers.aws._iam import task_roles
 from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import (
     TAG_STORE,
@@ -100,6 +102,8 @@ def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None
             done = delete_resources(ec2, region, found)
             report.deleted.extend(done.deleted)
             report.deferred.extend(done.deferred)
+        if nodes.cfg.instance_profile is None:  # a user-named profile: not flow's to delete
+            _reclaim_roles(nodes, report, verdicts, now, dry_run)
     except (ClientError, BotoCoreError) as exc:
         raise ProviderError(f"flow gc stopped: {exc}; what it reclaimed so far: "
                             f"{report.terminated_instances + report.deleted}") from exc
@@ -110,3 +114,22 @@ def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None
             report.stopped_processes.extend(nodes.runtime.stop(task_id))
     report.live_tasks.sort()
     return report
+
+
+def _reclaim_roles(nodes: AwsNodes, report: GcReport, verdicts: dict[str, str | None],
+                   now: float, dry_run: bool) -> None:
+    """Delete the node roles of this store's tasks that ended (their S3 mount grants go with
+    them)."""
+    for name, task_id in sorted(task_roles(nodes.iam, nodes.store_tag).items()):
+        if task_id not in verdicts:
+            verdicts[task_id] = task_verdict(nodes.store, task_id, now)
+        verdict = verdicts[task_id]
+        if verdict is None:
+            if task_id not in report.live_tasks:
+                report.live_tasks.append(task_id)
+            continue
+        report.reasons[task_id] = verdict
+        if dry_run:
+            report.deleted.append(f"IAM role {name} (task {task_id})")
+        else:
+            report.deleted.extend(nodes.delete_task_role(task_id))

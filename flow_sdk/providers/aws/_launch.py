@@ -55,6 +55,9 @@ TRANSIENT_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingEx
                              "InternalError", "InternalFailure", "ServiceUnavailable",
                              "Unavailable", "RequestTimeout", "RequestTimeoutException"})
 TRANSIENT_RETRIES = 4
+# A task's new instance profile can take seconds to reach EC2, which until then refuses it as
+# an invalid iamInstanceProfile: the same request again every PROFILE_RETRY_S, this many times.
+PROFILE_RETRIES = 30
 ROOT_VOLUME_GB = 200
 
 
@@ -217,6 +220,7 @@ class GangLauncher:
     """Runs one attempt: the request, idempotent retries, the gang check and the rollback."""
 
     retry_base_s = 1.0  # backoff between transient retries (tests set 0)
+    profile_retry_s = 2.0  # between tries while a new instance profile propagates (tests: 0)
 
     def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
         self._sleep = sleep
@@ -232,7 +236,7 @@ class GangLauncher:
             if retry:
                 self._sleep(self.retry_base_s * 2 ** (retry - 1))
             try:
-                response = ctx.ec2_launch.run_instances(**request)
+                response = self._run(ctx, request, profile_is_new)
                 break
             except ClientError as exc:
                 code, message = error_code(exc), error_message(exc)
@@ -243,15 +247,17 @@ class GangLauncher:
                     self._rollback(ctx, plan)
                     raise AttemptFailed(code, message + " (request a quota increase in the "
                                         "Service Quotas console)", skip_region=True) from exc
-                propagating = (profile_is_new and code == "InvalidParameterValue"
-                               and "iamInstanceProfile" in message)
-                if code in TRANSIENT_CODES or http_status(exc) >= 500 or propagating:
+                if code in TRANSIENT_CODES or http_status(exc) >= 500:
                     last = f"{code}: {message}"
                     continue
                 self._rollback(ctx, plan)
+                waited = (f" (EC2 still refused the task's new instance profile after "
+                          f"{PROFILE_RETRIES + 1} tries over "
+                          f"{PROFILE_RETRIES * self.profile_retry_s:g}s; retry the launch)"
+                          if profile_is_new and _profile_not_ready(exc) else "")
                 raise ProviderError(
                     f"run_instances for {plan.offer.instance_type} in {plan.zone} failed: "
-                    f"{code}: {message}") from exc
+                    f"{code}: {message}{waited}") from exc
             except (BotoConnError, BotoCoreError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
@@ -266,8 +272,30 @@ class GangLauncher:
                                 "instances asked for; terminated them")
         return instances
 
+    def _run(self, ctx: RegionContext, request: dict[str, Any], profile_is_new: bool
+             ) -> dict[str, Any]:
+        """One ``run_instances``, sent again (same ClientToken) while EC2 does not yet see a
+        new instance profile, at most ``PROFILE_RETRIES`` times; other errors propagate."""
+        response: dict[str, Any]
+        for _ in range(PROFILE_RETRIES):
+            try:
+                response = ctx.ec2_launch.run_instances(**request)
+                return response
+            except ClientError as exc:
+                if not (profile_is_new and _profile_not_ready(exc)):
+                    raise
+            self._sleep(self.profile_retry_s)
+        response = ctx.ec2_launch.run_instances(**request)
+        return response
+
     def _rollback(self, ctx: RegionContext, plan: AttemptPlan) -> None:
         terminate_tagged(ctx.ec2, plan.task_id, plan.attempt, plan.replacement)
+
+
+def _profile_not_ready(exc: ClientError) -> bool:
+    """EC2's answer while a new instance profile has not reached it."""
+    return error_code(exc) == "InvalidParameterValue" and "iamInstanceProfile" in (
+        error_message(exc))
 
 
 def format_attempts(attempts: list[Attempt]) -> str:

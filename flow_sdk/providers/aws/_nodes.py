@@ -9,7 +9,6 @@ SSH (``_ssh``), teardown (``_teardown``) and ``gc`` (``_gc``) each take it.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +21,15 @@ from flow_sdk.protocol import TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._clients import Clients
 from flow_sdk.providers.aws._config import AwsConfig, CodeRef
-from flow_sdk.providers.aws._iam import ensure_instance_profile
-from flow_sdk.providers.aws._launch import GangLauncher
+from flow_sdk.providers.aws._iam import (
+    LaunchPins,
+    TaskAccess,
+    create_task_role,
+    delete_task_role,
+    put_task_policy,
+    role_name,
+)
+from flow_sdk.providers.aws._launch import AttemptPlan, GangLauncher
 from flow_sdk.providers.aws._resources import (
     TAG_ATTEMPT,
     TAG_PRICE,
@@ -63,28 +69,66 @@ class AwsNodes:
     volumes: AwsVolumes
     store: ObjectStore
     bucket_name: Callable[[], str]
+    bucket_owner: Callable[[], str | None]
     launcher: GangLauncher = field(default_factory=GangLauncher)
     task_regions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     task_efa: dict[str, bool] = field(default_factory=dict)
-    _profile: tuple[str, bool] | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # the roles this provider created for launches in flight: task id -> (access, role ARN)
+    _roles: dict[str, tuple[TaskAccess, str]] = field(default_factory=dict)
 
     @property
     def store_tag(self) -> str:
         """Tagged on every resource this provider creates; ``gc`` touches only its own."""
         return f"s3://{self.bucket_name()}/{self.cfg.prefix}"
 
-    def instance_profile(self, mounts: Sequence[str] = ()) -> tuple[str, bool]:
-        """The nodes' instance profile and whether it is new; a task's S3 mounts add read
-        grants to its policy."""
-        with self._lock:
-            if self._profile is None or mounts:
-                name, fresh = ensure_instance_profile(self.clients, self.cfg,
-                                                      self.bucket_name(), self.store_tag,
-                                                      mounts)
-                fresh = fresh or (self._profile is not None and self._profile[1])
-                self._profile = (name, fresh)
-            return self._profile
+    @property
+    def iam(self) -> Any:
+        return self.clients.get("iam", self.cfg.region)
+
+    def task_access(self, task_id: str, spec: TaskSpec, code: CodeRef) -> TaskAccess:
+        """What the task's nodes may reach (``_iam``): its payload is the one its task
+        record (written before the launch) names."""
+        raw = self.store.get(protocol.task_key(task_id))
+        return TaskAccess(
+            task_id=task_id, bucket=self.bucket_name(), prefix=self.cfg.prefix,
+            store_tag=self.store_tag, region=self.cfg.region,
+            log_group=self.cfg.log_group_prefix + task_id, code_key=code.key,
+            payload_digest=TaskRecord.from_json(raw).payload_digest if raw else None,
+            bucket_owner=self.bucket_owner(), mounts=tuple(sorted(set(spec.mounts.values()))),
+            replacements=spec.max_restarts > 0, block_volumes=tuple(sorted(
+                v.name for v in spec.volumes.values() if v.interface == "block")))
+
+    def task_profile(self, task_id: str, spec: TaskSpec, code: CodeRef) -> tuple[str, bool]:
+        """The instance profile the task's nodes run with, and whether it is new (EC2 may
+        refuse a new one for some seconds): provider_config ``instance_profile``, else the
+        task's own, created here (``_iam``)."""
+        if self.cfg.instance_profile is not None:
+            return self.cfg.instance_profile, False
+        access = self.task_access(task_id, spec, code)
+        role_arn = create_task_role(self.iam, access)
+        self._roles[task_id] = (access, role_arn)
+        return role_name(access.store_tag, task_id), True
+
+    def grant_replacements(self, task_id: str, plan: AttemptPlan) -> None:
+        """Once the gang has landed: let the task's role replace lost nodes, pinned to the
+        gang's region, type, image and groups (only a role of flow's own, only with
+        ``max_restarts``)."""
+        known = self._roles.get(task_id)
+        if known is None or not known[0].replacements:
+            return
+        access, role_arn = known
+        put_task_policy(self.iam, access, role_arn, LaunchPins(
+            region=plan.offer.region, instance_type=plan.offer.instance_type,
+            image_id=plan.ami_id, security_group=plan.security_group,
+            placement_group=plan.placement_group, key_name=plan.key_name))
+
+    def delete_task_role(self, task_id: str) -> list[str]:
+        """Delete the task's role, instance profile and policy (none with provider_config
+        ``instance_profile``); returns what was deleted."""
+        self._roles.pop(task_id, None)
+        if self.cfg.instance_profile is not None:
+            return []
+        return delete_task_role(self.iam, self.store_tag, task_id)
 
     def ship_code(self) -> CodeRef:
         """The SDK wheel the nodes install: on a node, the one its gang was launched with;
@@ -100,20 +144,23 @@ class AwsNodes:
     def render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
                          boot_env: Mapping[str, str], max_run_time_hours: float | None,
                          code: CodeRef, *, bucket: str | None = None,
-                         volume_mounts: str = "") -> str:
+                         bucket_owner: str | None = None, volume_mounts: str = "") -> str:
         """The user-data of one gang's nodes (and of their replacements): they install
         ``code``; ``volume_mounts`` are the bash lines that mount the task's volumes
-        (``AwsVolumes.provision``)."""
+        (``AwsVolumes.provision``). ``bucket`` and ``bucket_owner`` stand in for the
+        provider's own (``check`` sizes the script without asking STS)."""
         cfg = self.cfg
         node_config = cfg.for_node(task_id, region, attempt, code).to_dict()
-        node_config["bucket"] = bucket if bucket is not None else self.bucket_name()
+        if bucket is None:
+            bucket, bucket_owner = self.bucket_name(), self.bucket_owner()
+        node_config["bucket"], node_config["bucket_owner"] = bucket, bucket_owner
         boot_json = _userdata.node_boot_env(boot_env, node_config)
         fetch = _userdata.NodeCode(
-            url=f"s3://{node_config['bucket']}/{cfg.prefix}{code.key}", sha256=code.sha256,
+            url=f"s3://{bucket}/{cfg.prefix}{code.key}", sha256=code.sha256,
             filename=code.filename, python=code.python, region=cfg.region,
             log_group=cfg.log_group_prefix + task_id,
             log_retention_days=cfg.log_retention_days,
-            boot_timeout_s=math.ceil(spec.boot_timeout_s))
+            boot_timeout_s=math.ceil(spec.boot_timeout_s), bucket_owner=bucket_owner)
         return _userdata.render_for(
             boot_json, fetch, spec.image, spec.gpu is not None,
             spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),

@@ -9,9 +9,11 @@ started and reached through the node runtime the config names (``_runtime``).
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import boto3
@@ -30,6 +32,14 @@ from flow_sdk.providers.aws import _gang, _gc, _replace, _ssh, _teardown
 from flow_sdk.providers.aws._clients import Clients
 from flow_sdk.providers.aws._config import AwsConfig, CodeRef
 from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
+from flow_sdk.providers.aws._iam import (
+    LaunchPins,
+    TaskAccess,
+    check_policy_size,
+    role_name,
+    role_path,
+    task_policy,
+)
 from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, ImdsClient
 from flow_sdk.providers.aws._nodes import AwsNodes, InstanceDetail
 from flow_sdk.providers.aws._resources import Cleanup
@@ -65,18 +75,20 @@ class AwsProvider(Provider):
         self.cfg = config
         self.clients = Clients(config.endpoint_url, session)
         self._bucket = config.bucket
+        self._owner = config.bucket_owner
         self._lock = threading.Lock()
         is_node = config.launch is not None
         self._store = S3ObjectStore(lambda: self.clients.get("s3", config.region),
                                     self.bucket_name, config.prefix, config.region,
-                                    create_bucket=not is_node)
+                                    create_bucket=not is_node, owner=self.bucket_owner,
+                                    expiry_days=config.object_expiry_days)
         self._logs = CloudWatchLogStore(lambda: self.clients.get("logs", config.region),
                                         config.log_group_prefix, config.log_retention_days)
         self._imds: dict[str, ImdsClient] = {}
         self.runtime = config.node_runtime()
         self.nodes = AwsNodes(config, self.clients, self.runtime,
                               AwsVolumes(self.clients, config.region), self._store,
-                              self.bucket_name)
+                              self.bucket_name, self.bucket_owner)
 
     # -- construction -----------------------------------------------------------------------
 
@@ -90,6 +102,7 @@ class AwsProvider(Provider):
     def config(self) -> dict[str, Any]:
         data = self.cfg.to_dict()
         data["bucket"] = self.bucket_name()
+        data["bucket_owner"] = self.bucket_owner()
         return data
 
     def bucket_name(self) -> str:
@@ -98,13 +111,29 @@ class AwsProvider(Provider):
             with self._lock:
                 if self._bucket is None:
                     try:
-                        account = self.clients.get("sts", self.cfg.region).get_caller_identity()
+                        account = str(self.clients.get("sts", self.cfg.region)
+                                      .get_caller_identity()["Account"])
                     except (ClientError, BotoCoreError) as exc:
                         raise ProviderError(
                             f"could not identify the AWS account for the default bucket ({exc})"
                             "; configure AWS credentials, or set provider_config bucket") from exc
-                    self._bucket = f"flow-sdk-{account['Account']}-{self.cfg.region}"
+                    if self._owner not in (None, account):
+                        raise ProviderError(
+                            f"provider_config bucket_owner {self._owner} is not this account "
+                            f"({account}), which owns the default bucket; leave bucket_owner "
+                            "unset, or name the other account's bucket in provider_config "
+                            "bucket")
+                    self._owner = account
+                    self._bucket = f"flow-sdk-{account}-{self.cfg.region}"
         return self._bucket
+
+    def bucket_owner(self) -> str | None:
+        """The account every S3 request expects to own the bucket (``ExpectedBucketOwner``):
+        provider_config ``bucket_owner``, else the caller's account for the default bucket,
+        else None (a named bucket is not checked)."""
+        if self._bucket is None:
+            self.bucket_name()
+        return self._owner
 
     @property
     def store_tag(self) -> str:
@@ -137,8 +166,9 @@ class AwsProvider(Provider):
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         """Everything about ``spec`` that can be found wrong before anything is created: an
         offer within the price cap, priority and interconnect (the error lists the cheapest
-        offers), what the node runtime cannot do, volumes, the image reference, and the
-        user-data size."""
+        offers), what the node runtime cannot do, volumes, the image reference, the
+        user-data size, the node policy's size (mounts) and a runtime cap beyond the expiry
+        of the task's objects."""
         problems = []
         try:
             self._offers(spec)
@@ -157,13 +187,50 @@ class AwsProvider(Provider):
                     {"FLOW_BOOT": json.dumps({"task_id": _SAMPLE_TASK_ID,
                                               "provider": self.name})},
                     spec.max_run_time_hours, _SAMPLE_CODE, bucket=self._bucket or "b" * 63,
+                    bucket_owner=self._owner or "0" * 12,
                     volume_mounts=sample_mounts(spec))
             except VolumeError as exc:
                 problems.append(FieldProblem("volumes", str(exc)))
             except ProviderError as exc:
                 problems.append(FieldProblem("image" if spec.image else "provider_config",
                                              str(exc)))
-        return problems
+        return problems + self._check_node_policy(spec) + self._check_expiry(spec)
+
+    def _check_node_policy(self, spec: TaskSpec) -> list[FieldProblem]:
+        """The task's node policy, sized with the longest names it can hold, must fit IAM's
+        inline-policy limit: its S3 mounts make it grow (and a very long prefix)."""
+        if self.cfg.instance_profile is not None:
+            return []
+        bucket = "b" * 63
+        store_tag = f"s3://{bucket}/{self.cfg.prefix}"
+        access = TaskAccess(
+            task_id=_SAMPLE_TASK_ID, bucket=bucket, prefix=self.cfg.prefix, store_tag=store_tag,
+            region="ap-southeast-2", log_group=self.cfg.log_group_prefix + _SAMPLE_TASK_ID,
+            code_key=_SAMPLE_CODE.key, payload_digest="0" * 64, bucket_owner="0" * 12,
+            mounts=tuple(sorted(set(spec.mounts.values()))), replacements=spec.max_restarts > 0)
+        pins = LaunchPins("ap-southeast-2", "p6-b200.48xlarge", "ami-" + "0" * 17,
+                          "sg-" + "0" * 17, "flow-" + _SAMPLE_TASK_ID, "flow-" + _SAMPLE_TASK_ID)
+        role = f"arn:aws:iam::{'0' * 12}:role{role_path(store_tag)}{role_name(store_tag, '')}"
+        for field, checked in (("provider_config", replace(access, mounts=())),
+                               ("mounts", access)):
+            try:
+                check_policy_size(task_policy(checked, role, pins), checked.mounts)
+            except ProviderError as exc:
+                return [FieldProblem(field, str(exc))]
+        return []
+
+    def _check_expiry(self, spec: TaskSpec) -> list[FieldProblem]:
+        """A task must not outlive its own records: the bucket expires them after
+        ``object_expiry_days``."""
+        days = self.cfg.object_expiry_days
+        cap = spec.max_run_time_hours
+        if days is None or cap is None or cap <= days * 24:
+            return []
+        return [FieldProblem("max_run_time_hours", (
+            f"the task may run {cap:g} h, longer than provider_config object_expiry_days="
+            f"{days} ({days * 24} h), after which the bucket deletes its records while it "
+            f"runs; lower max_run_time_hours, or raise object_expiry_days to at least "
+            f"{math.ceil(cap / 24)}"))]
 
     def _check_python(self, spec: TaskSpec) -> list[FieldProblem]:
         """The nodes must run the caller's Python minor (cloudpickle does not cross minor

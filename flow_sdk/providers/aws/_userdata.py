@@ -39,6 +39,7 @@ class NodeCode:
     log_group: str  # the task's log group (the node's boot stream lives in it)
     log_retention_days: int
     boot_timeout_s: int  # the agent must be up within this, or the node powers off
+    bucket_owner: str | None = None  # the fetch passes it as the expected bucket owner
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ def render(inputs: BootstrapInputs) -> str:
     values = {
         "BOOT_JSON": shlex.quote(inputs.boot_json),
         "CODE_URL": shlex.quote(inputs.code.url),
+        "BUCKET_OWNER": ("" if inputs.code.bucket_owner is None else
+                         "--expected-bucket-owner " + shlex.quote(inputs.code.bucket_owner)),
         "CODE_SHA256": shlex.quote(inputs.code.sha256),
         "CODE_FILE": shlex.quote(inputs.code.filename),
         "PYTHON": shlex.quote(inputs.code.python),

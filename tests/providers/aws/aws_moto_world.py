@@ -4,8 +4,10 @@ fault injection in moto's EC2 backend, and request recording through botocore ev
 What moto 5.2.1 lacks is filled in here, test-side only: placement groups (not implemented at
 all; a minimal create/describe/delete responder), the Deep Learning AMI's public SSM parameter
 (reserved names cannot be put; it is published into the backend the way moto publishes the
-Amazon Linux ones), capacity errors (raised from the backend as HTTP 500, as AWS does), and the
-instance profile of every instance of a launch (moto associates it with the first one only).
+Amazon Linux ones), capacity errors (raised from the backend as HTTP 500, as AWS does), the
+instance profile of every instance of a launch (moto associates it with the first one only),
+and S3's ExpectedBucketOwner (moto ignores it; S3 answers 403 AccessDenied when another
+account owns the bucket).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
+from moto.s3.exceptions import S3AccessDeniedError
+from moto.s3.models import s3_backends
+from moto.s3.responses import S3Response
 from werkzeug.exceptions import HTTPException
 
 from flow_sdk import protocol, sdkwheel
@@ -130,6 +135,43 @@ def profile_for_every_instance(original: Callable[..., Any]) -> Callable[..., An
         return result
 
     return run_instances
+
+
+OWNER_HEADER = "x-amz-expected-bucket-owner"
+
+
+def bucket_owner_checked(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An S3 bucket or key responder that refuses, as S3 does, a request whose
+    ExpectedBucketOwner is not the account that owns the bucket."""
+
+    def respond(self: Any, request: Any, full_url: str) -> Any:
+        expected = request.headers.get(OWNER_HEADER)
+        owner = s3_backends.bucket_accounts.get(self.bucket_name)
+        if expected and owner is not None and owner[1] != expected:
+            raise S3AccessDeniedError()
+        return original(self, request, full_url)
+
+    return respond
+
+
+@dataclass
+class S3Wire:
+    """Every S3 request that reached moto, from any process: (bucket, method and path,
+    the ExpectedBucketOwner it carried or None)."""
+
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def to(self, bucket: str) -> list[tuple[str, str, str | None]]:
+        return [r for r in self.requests if r[0] == bucket]
+
+
+def s3_recording(wire: S3Wire, original: Callable[..., Any]) -> Callable[..., Any]:
+    def respond(self: Any, request: Any, full_url: str) -> Any:
+        wire.requests.append((str(self.bucket_name or ""), f"{request.method} {full_url}",
+                              request.headers.get(OWNER_HEADER)))
+        return original(self, request, full_url)
+
+    return respond
 
 
 def placement_groups(region: str = "us-east-1") -> dict[str, dict[str, Any]]:
@@ -324,6 +366,7 @@ class _Rule:
     times: int | None  # None: every time
     launched: int = 0
     market: str | None = None  # "spot" | "on-demand"
+    message: str | None = None  # None: EC2's capacity message
 
     def matches(self, region: str, zone: str, instance_type: str, market: str) -> bool:
         return ((self.instance_type is None or self.instance_type == instance_type)
@@ -361,7 +404,16 @@ class Ec2Faults:
         """Throttled before anything starts."""
         self.rules.append(_Rule("transient", None, None, None, code, status, times))
 
+    def profile_not_ready(self, *, times: int | None) -> None:
+        """EC2 does not see the request's new instance profile yet (as after CreateInstance-
+        Profile, for some seconds): refused before anything starts."""
+        self.rules.append(_Rule(
+            "transient", None, None, None, "InvalidParameterValue", 400, times,
+            message="Value (flow-task-x) for parameter iamInstanceProfile.name is invalid. "
+                    "Invalid IAM Instance Profile name"))
 
+
+S3_RESPONDERS = ("_bucket_response", "_key_response")  # every bucket and object request
 PLACEMENT_GROUP_ACTIONS = {"create_placement_group": _create_placement_group,
                            "describe_placement_groups": _describe_placement_groups,
                            "delete_placement_group": _delete_placement_group}
@@ -384,9 +436,9 @@ def faulty_run_instances(faults: Ec2Faults) -> Callable[..., Any]:
             if rule.times is not None:
                 rule.times -= 1
             if rule.kind in ("capacity", "transient"):
-                raise Ec2HttpError(rule.code, f"We currently do not have sufficient "
-                                   f"{instance_type} capacity in the Availability Zone you "
-                                   f"requested ({zone}).", rule.status)
+                raise Ec2HttpError(rule.code, rule.message or (
+                    f"We currently do not have sufficient {instance_type} capacity in the "
+                    f"Availability Zone you requested ({zone})."), rule.status)
             if rule.kind == "partial":
                 return original(self, image_id, rule.launched, user_data, security_group_names,
                                 **kwargs)
@@ -441,10 +493,13 @@ def moto_gaps() -> Iterator[None]:
     however many test directories of one run ask for them)."""
     _gaps_users[0] += 1
     original = EC2Response.run_instances
+    s3_originals = {name: getattr(S3Response, name) for name in S3_RESPONDERS}
     if _gaps_users[0] == 1:
         for name, fn in PLACEMENT_GROUP_ACTIONS.items():
             setattr(EC2Response, name, fn)
         setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
+        for name, fn in s3_originals.items():
+            setattr(S3Response, name, bucket_owner_checked(fn))
     try:
         yield
     finally:
@@ -453,6 +508,8 @@ def moto_gaps() -> Iterator[None]:
             setattr(EC2Response, "run_instances", original)  # noqa: B010
             for name in PLACEMENT_GROUP_ACTIONS:
                 delattr(EC2Response, name)
+            for name, fn in s3_originals.items():
+                setattr(S3Response, name, fn)
 
 
 def fresh_world(moto_url: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> AwsWorld:
@@ -467,6 +524,7 @@ def fresh_world(moto_url: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Aw
                            timeout=10).read()
     PLACEMENT_GROUPS.clear()
     monkeypatch.setattr(GangLauncher, "retry_base_s", 0.0)
+    monkeypatch.setattr(GangLauncher, "profile_retry_s", 0.0)
     world = AwsWorld(url=moto_url, tmp=tmp, amis=publish_dlami(moto_url))
     world.client("s3").create_bucket(Bucket=BUCKET)
     return world

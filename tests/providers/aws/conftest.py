@@ -12,19 +12,23 @@ import botocore.loaders
 import botocore.session
 import pytest
 from aws_moto_world import (
+    S3_RESPONDERS,
     AwsWorld,
     Ec2Faults,
     Recorder,
+    S3Wire,
     Wire,
     faulty_run_instances,
     fresh_world,
     loopback_only,
     moto_gaps,
+    s3_recording,
     wire_recording,
 )
 from flow_testing import moto_server
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses import EC2Response
+from moto.s3.responses import S3Response
 
 
 
@@ -89,4 +93,13 @@ def ec2_wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
     """RunInstances requests as they reached moto (from this process or a simulated node)."""
     wire = Wire()
     monkeypatch.setattr(EC2Response, "run_instances", wire_recording(wire))
+    return wire
+
+
+@pytest.fixture()
+def s3_wire(monkeypatch: pytest.MonkeyPatch) -> S3Wire:
+    """S3 requests as they reached moto (from this process or a simulated node)."""
+    wire = S3Wire()
+    for name in S3_RESPONDERS:
+        monkeypatch.setattr(S3Response, name, s3_recording(wire, getattr(S3Response, name)))
     return wire

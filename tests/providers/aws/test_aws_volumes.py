@@ -14,7 +14,7 @@ from aws_moto_world import AwsWorld, Ec2Faults, launch_ids, node_config_of, spec
 from flow_sdk import protocol
 from flow_sdk.errors import CapacityError, ProviderError
 from flow_sdk.protocol import BootConfig, Outcome
-from flow_sdk.providers.aws._iam import NODE_POLICY_NAME, node_policy
+from flow_sdk.providers.aws._iam import TASK_POLICY_NAME, role_name
 from flow_sdk.providers.aws._userdata import USER_DATA_LIMIT
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.aws import _efs as flow_efs
@@ -104,24 +104,25 @@ def test_s3_mount_buckets_are_granted_read_only_on_their_prefix(aws: AwsWorld) -
     launch_ids(provider, "vol-s3-2", spec(num_instances=1, priority="high",
                                           mounts={"/ref": "s3://refs"}))
     iam = aws.client("iam")
-    [role] = [r["RoleName"] for r in iam.list_roles()["Roles"]]
-    policy = iam.get_role_policy(RoleName=role, PolicyName=NODE_POLICY_NAME)["PolicyDocument"]
-    if isinstance(policy, str):
-        policy = json.loads(policy)
-    grants = {(s["Action"], json.dumps(s["Resource"]), json.dumps(s.get("Condition")))
-              for s in policy["Statement"] if s["Sid"].startswith("ReadMount")}
-    assert grants == {  # the first task's grants survive the second's (one role per store)
+
+    def grants(task: str) -> set[tuple[str, str, str]]:
+        policy = iam.get_role_policy(RoleName=role_name(provider.store_tag, task),
+                                     PolicyName=TASK_POLICY_NAME)["PolicyDocument"]
+        if isinstance(policy, str):
+            policy = json.loads(policy)
+        return {(s["Action"], json.dumps(s["Resource"]), json.dumps(s.get("Condition")))
+                for s in policy["Statement"] if "Mount" in s["Sid"]}
+
+    assert grants("vol-s3-1") == {  # each task's grants are its own
         ("s3:ListBucket", '"arn:aws:s3:::datasets"',
-         '{"StringLike": {"s3:prefix": "imagenet/train/*"}}'),
-        ("s3:GetObject", '"arn:aws:s3:::datasets/imagenet/train/*"', "null"),
+         '{"StringLike": {"s3:prefix": ["imagenet/train/*"]}}'),
+        ("s3:GetObject", '["arn:aws:s3:::datasets/imagenet/train/*"]', "null")}
+    assert grants("vol-s3-2") == {
         ("s3:ListBucket", '"arn:aws:s3:::refs"', "null"),
-        ("s3:GetObject", '"arn:aws:s3:::refs/*"', "null")}
-    assert not any("PutObject" in json.dumps(s) and "datasets" in json.dumps(s)
-                   for s in policy["Statement"])
-    base = node_policy("b", "flow/", "/flow", "s3://b/flow/", "arn:aws:iam::1:role/x")
-    assert not any(s["Sid"].startswith("ReadMount") for s in base["Statement"])
+        ("s3:GetObject", '["arn:aws:s3:::refs/*"]', "null")}
     for task in ("vol-s3-1", "vol-s3-2"):
         provider.terminate(task)
+    assert iam.list_roles()["Roles"] == []  # the grants went with their tasks
 
 
 def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
@@ -135,7 +136,9 @@ def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
             Outcome("SUCCEEDED", "done", time.time())))
     report = provider.gc()
     assert len(report.terminated_instances) == 2
-    assert {item.split()[1] for item in report.deleted} <= {"security", "key"}
+    # security groups, key pairs, the tasks' IAM roles and instance profiles: no volume
+    assert {item.split()[1] for item in report.deleted} <= {"security", "key", "role",
+                                                            "instance"}
     efs = aws.client("efs")
     assert [s["CreationToken"] for s in efs.describe_file_systems()["FileSystems"]] == ["ckpt"]
     volumes = aws.client("ec2").describe_volumes(

@@ -61,7 +61,7 @@ def test_the_digest_check_refuses_a_tampered_wheel(tmp_path: Path) -> None:
 
 def test_the_bootstrap_fetches_checks_then_installs_the_named_wheel() -> None:
     script = _script()
-    fetch = script.index("aws s3 cp")
+    fetch = script.index("aws s3api get-object")
     verify = script.index('flow_verify_code "$wheel"')
     install = script.index('--python /opt/flow/venv/bin/python install --quiet "$wheel"')
     assert fetch < verify < install
@@ -158,7 +158,7 @@ def _boot(tmp_path: Path, wheel: bytes, **code: str) -> tuple[list[str], list[di
                 '  *local-ipv4*) echo 127.0.0.1;; *placement/region*) echo us-east-1;;\n'
                 '  *) exit 22;; esac\n',
         "aws": f'echo "aws $*" >> {calls}\n'
-               f'if [ "$1 $2" = "s3 cp" ]; then cp {stored} "${{@: -1}}"; fi\n'
+               f'if [ "$1 $2" = "s3api get-object" ]; then cp {stored} "${{@: -1}}"; fi\n'
                'for a in "$@"; do case "$a" in file://*) cat "${a#file://}" >> '
                f'{events}; echo >> {events};; esac; done\n',
         "shutdown": f'echo "shutdown $*" >> {calls}\n',

@@ -82,7 +82,7 @@ def test_terminate_is_idempotent_and_removes_every_task_resource(aws: AwsWorld) 
     assert "flow-term-1" in placement_groups()
     fresh = aws.provider()  # another process (Task.from_id): finds the task from its record
     report = fresh.terminate_task("term-1")
-    assert sum("instance" in item for item in report.deleted) == 2
+    assert sum(" instance i-" in item for item in report.deleted) == 2
     assert any("placement group flow-term-1" in item for item in report.deleted)
     assert aws.non_terminated() == [] and placement_groups() == {}
     assert not key_path("term-1", "us-east-1").exists()

@@ -28,7 +28,7 @@ from flow_sdk.providers.aws._launch import (
     market_options,
     run_instances_request,
 )
-from flow_sdk.providers.aws._iam import node_policy
+from flow_sdk.providers.aws._iam import TASK_POLICY_NAME, role_name, task_policy
 from flow_sdk.providers.aws._resources import key_path
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.spec import TaskSpec
@@ -253,16 +253,18 @@ def test_launch_as_recorded_by_moto(aws: AwsWorld, recorder: Recorder) -> None:
     pem = key_path("train-rec-1", "us-east-1")
     assert stat.S_IMODE(os.stat(pem).st_mode) == 0o600
 
-    # the nodes' instance profile holds exactly node_policy (test_node_security checks that
-    # policy is least-privilege)
+    # the nodes' instance profile is the task's own, holding exactly task_policy for this
+    # task (test_iam_scoping checks what that policy allows and denies)
     iam = aws.client("iam")
     profile = iam.get_instance_profile(InstanceProfileName=sent["IamInstanceProfile"]["Name"])
     [role] = profile["InstanceProfile"]["Roles"]
-    policy = iam.get_role_policy(RoleName=role["RoleName"], PolicyName="flow-sdk-node")
-    assert policy["PolicyDocument"] == node_policy(
-        "flow-test-bucket", "flow/", "/flow/", "s3://flow-test-bucket/flow/", role["Arn"])
+    assert role["RoleName"] == role_name("s3://flow-test-bucket/flow/", "train-rec-1")
+    policy = iam.get_role_policy(RoleName=role["RoleName"], PolicyName=TASK_POLICY_NAME)
+    assert policy["PolicyDocument"] == task_policy(provider.nodes.task_access(
+        "train-rec-1", task_spec, provider.nodes.ship_code()), role["Arn"])
 
     provider.terminate("train-rec-1")
+    assert iam.list_roles()["Roles"] == []  # the task's role went with it
     assert aws.non_terminated() == []
     assert not pem.exists()
     assert ec2.describe_security_groups(Filters=[{"Name": "tag:flow:task-id",

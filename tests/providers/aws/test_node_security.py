@@ -1,7 +1,7 @@
-"""Security of the nodes (issue #8): the instance profile's policy is least-privilege, SSH is
-never open to the internet, spot interruption notices are read over IMDSv2 only, and the
-user-data size is checked before launch. (No secrets in user-data, logs or objects of a
-whole simulated run: test_simulated_cloud.py.)"""
+"""Security of the nodes (issue #8): SSH is never open to the internet, spot interruption
+notices are read over IMDSv2 only, and the user-data size is checked before launch. (The
+nodes' IAM policy: test_iam_scoping.py. No secrets in user-data, logs or objects of a whole
+simulated run: test_simulated_cloud.py.)"""
 
 from __future__ import annotations
 
@@ -12,92 +12,15 @@ import urllib.request
 from typing import Any
 
 import pytest
-from aws_moto_world import BUCKET, AwsWorld, spec
+from aws_moto_world import AwsWorld, spec
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.protocol import BootConfig
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._config import check_ssh_cidr
 from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, TOKEN_HEADER, TTL_HEADER
-from flow_sdk.providers.aws._iam import NODE_POLICY_NAME, node_policy
 from fake_imds import FakeImds
 from flow_sdk.providers.base import LaunchRequest
-
-STORE = f"s3://{BUCKET}/flow/"
-ROLE = "arn:aws:iam::123456789012:role/flow-sdk-node-abc"
-
-
-def statements(policy: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {s["Sid"]: s for s in policy["Statement"]}
-
-
-def as_list(value: str | list[str]) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
-
-
-# -- the nodes' IAM policy -------------------------------------------------------------------
-
-
-def test_node_policy_grants_only_what_nodes_call() -> None:
-    policy = node_policy(BUCKET, "flow/", "/flow/", STORE, ROLE)
-    assert all(s["Effect"] == "Allow" for s in policy["Statement"])
-    actions = sorted(a for s in policy["Statement"] for a in as_list(s["Action"]))
-    assert actions == sorted([
-        "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket",
-        "logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-        "logs:PutRetentionPolicy", "logs:TagResource", "logs:DescribeLogStreams",
-        "logs:GetLogEvents",
-        "ec2:DescribeInstances", "ec2:DescribeSubnets", "ec2:DescribeVpcs",
-        "ec2:DescribeInstanceTypeOfferings", "elasticfilesystem:DescribeFileSystems",
-        "ec2:RunInstances", "ec2:RunInstances", "ec2:RunInstances", "ec2:RunInstances",
-        "ec2:CreateTags", "ec2:TerminateInstances", "iam:PassRole"])
-    assert not any("*" in a for a in actions)  # no wildcard actions
-    # "*" resources only where IAM allows nothing narrower (Describe* calls)
-    for statement in policy["Statement"]:
-        if "*" in as_list(statement["Resource"]):
-            assert all(a.startswith("ec2:Describe") for a in as_list(statement["Action"]))
-    by_sid = statements(policy)
-    assert by_sid["TaskObjects"]["Resource"] == f"arn:aws:s3:::{BUCKET}/flow/*"
-    assert by_sid["TaskLogs"]["Resource"] == "arn:aws:logs:*:*:log-group:/flow/*"
-
-    # new instances only with this store's tags, the node role and a task id
-    launch = by_sid["LaunchNodesOfThisStore"]
-    assert launch["Resource"] == "arn:aws:ec2:*:*:instance/*"
-    assert launch["Condition"] == {
-        "StringEquals": {"aws:RequestTag/flow:store": STORE, "aws:RequestTag/flow:role": "node"},
-        "Null": {"aws:RequestTag/flow:task-id": "false"}}
-    assert by_sid["LaunchVolumesOfThisStore"]["Condition"]["StringEquals"] == {
-        "aws:RequestTag/flow:store": STORE}
-    assert by_sid["LaunchIntoThisStoresGroups"]["Condition"] == {
-        "StringEquals": {"aws:ResourceTag/flow:store": STORE}}
-    # the unconditioned launch statement covers only what a launch references, never an
-    # instance or volume
-    assert not any("instance/" in r or "volume/" in r
-                   for r in as_list(by_sid["LaunchWith"]["Resource"]))
-    # tags only as part of RunInstances; terminate only this store's nodes
-    assert by_sid["TagOnlyAtLaunch"]["Condition"] == {
-        "StringEquals": {"ec2:CreateAction": "RunInstances"}}
-    assert by_sid["TerminateNodesOfThisStore"]["Condition"] == {
-        "StringEquals": {"aws:ResourceTag/flow:store": STORE, "aws:ResourceTag/flow:role": "node"}}
-    # PassRole: the node role itself, to EC2 only
-    assert by_sid["PassTheNodeRoleToEc2"]["Resource"] == ROLE
-    assert by_sid["PassTheNodeRoleToEc2"]["Condition"] == {
-        "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
-
-
-def test_an_older_profile_policy_is_brought_up_to_date(aws: AwsWorld) -> None:
-    provider = aws.provider()
-    name, _created = provider.nodes.instance_profile()
-    iam = aws.client("iam")
-    old = {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}]}
-    iam.put_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME,
-                        PolicyDocument=json.dumps(old))
-    again = aws.provider()
-    assert again.nodes.instance_profile() == (name, False)  # exists: not created again
-    role_arn = iam.get_role(RoleName=name)["Role"]["Arn"]
-    current = iam.get_role_policy(RoleName=name, PolicyName=NODE_POLICY_NAME)
-    assert current["PolicyDocument"] == node_policy(BUCKET, "flow/", "/flow/", STORE, role_arn)
 
 
 # -- SSH never open to the internet ----------------------------------------------------------
@@ -199,10 +122,12 @@ def test_an_unreachable_imds_is_a_provider_error(aws: AwsWorld, imds: FakeImds) 
 def test_user_data_over_the_ec2_limit_is_found_by_check(aws: AwsWorld) -> None:
     provider = aws.provider(prefix="p" * 17000 + "/")
     problems = provider.check(spec(priority="high"))
-    assert [p.field for p in problems] == ["provider_config"]
+    assert {p.field for p in problems} == {"provider_config"}  # the node policy outgrows IAM's too
     assert "16384-byte user-data limit" in problems[0].message
     assert aws.provider().check(spec(priority="high")) == []
     boot = BootConfig("big-1", "aws", provider.config()).to_env()
-    with pytest.raises(ProviderError, match="user-data limit"):
+    # a launch not checked first is refused too: the prefix outgrows the task's node policy
+    # (made before the user-data), and nothing is left
+    with pytest.raises(ProviderError, match="shorten provider_config prefix"):
         provider.launch(LaunchRequest("big-1", spec(priority="high"), boot))
-    assert aws.non_terminated() == []
+    assert aws.non_terminated() == [] and aws.client("iam").list_roles()["Roles"] == []

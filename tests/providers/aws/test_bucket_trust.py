@@ -117,7 +117,8 @@ def test_the_nodes_boot_with_the_owner_and_fetch_the_wheel_with_it(aws: AwsWorld
     script = base64.b64decode(raw["UserData"]["Value"]).decode()
     config = json.loads(_userdata.boot_json_from_user_data(script))["provider_config"]
     assert (config["bucket"], config["bucket_owner"]) == (DEFAULT_BUCKET, ACCOUNT)
-    [fetch] = [line for line in script.splitlines() if "--expected-bucket-owner" in line]
+    [fetch] = [line for line in script.splitlines()
+               if "--expected-bucket-owner" in line and not line.startswith("#")]
     assert f"--expected-bucket-owner {ACCOUNT} " in fetch and "s3api get-object" in script
     node_side = AwsProvider.from_config(config)
     assert node_side.bucket_owner() == ACCOUNT  # no STS call needed on the node

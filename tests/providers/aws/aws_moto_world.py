@@ -4,8 +4,9 @@ fault injection in moto's EC2 backend, and request recording through botocore ev
 What moto 5.2.1 lacks is filled in here, test-side only: placement groups (not implemented at
 all; a minimal create/describe/delete responder), the Deep Learning AMI's public SSM parameter
 (reserved names cannot be put; it is published into the backend the way moto publishes the
-Amazon Linux ones), capacity errors (raised from the backend as HTTP 500, as AWS does), and the
-instance profile of every instance of a launch (moto associates it with the first one only).
+Amazon Linux ones), capacity errors (raised from the backend as HTTP 500, as AWS does), the
+instance profile of every instance of a launch (moto associates it with the first one only),
+and DescribeInstances' ``client-token`` filter (moto keeps the token but cannot filter on it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import copy
 import datetime
 import json
 import socket
+import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -28,6 +30,7 @@ import boto3
 import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.models.instances import InstanceBackend
+from moto.ec2 import utils as moto_ec2_utils
 from moto.ec2.responses import EC2Response
 from werkzeug.exceptions import HTTPException
 
@@ -308,9 +311,12 @@ class Ec2HttpError(HTTPException):
         return [("Content-Type", "text/xml")]
 
 
+HOLD_MAX_S = 300.0  # a held answer is sent at the latest after this long
+
+
 @dataclass
 class _Rule:
-    kind: str  # "capacity" | "partial" | "lose" | "transient"
+    kind: str  # "capacity" | "partial" | "lose" | "transient" | "hold"
     instance_type: str | None
     zone: str | None
     region: str | None
@@ -319,6 +325,7 @@ class _Rule:
     times: int | None  # None: every time
     launched: int = 0
     market: str | None = None  # "spot" | "on-demand"
+    untagged: bool = False  # "hold": the instances are not listed by tag (yet)
 
     def matches(self, region: str, zone: str, instance_type: str, market: str) -> bool:
         return ((self.instance_type is None or self.instance_type == instance_type)
@@ -334,6 +341,9 @@ class Ec2Faults:
 
     rules: list[_Rule] = field(default_factory=list)
     seen: list[tuple[str, str, str]] = field(default_factory=list)  # (region, zone, type)
+    holding: threading.Event = field(default_factory=threading.Event)  # a "hold" began
+    release: threading.Event = field(default_factory=threading.Event)  # held answers go out
+    held: list[str] = field(default_factory=list)  # ids of the instances held answers started
 
     def capacity(self, *, instance_type: str | None = None, zone: str | None = None,
                  region: str | None = None, market: str | None = None,
@@ -355,6 +365,12 @@ class Ec2Faults:
                   status: int = 503) -> None:
         """Throttled before anything starts."""
         self.rules.append(_Rule("transient", None, None, None, code, status, times))
+
+    def hold(self, *, times: int = 1, untagged: bool = False) -> None:
+        """moto starts the instances, sets ``holding``, and answers only once ``release`` is
+        set: the caller is left waiting on a request that EC2 has carried out. ``untagged``:
+        the instances carry no tags, as when EC2 has not yet listed a new gang by tag."""
+        self.rules.append(_Rule("hold", None, None, None, "", 200, times, untagged=untagged))
 
 
 PLACEMENT_GROUP_ACTIONS = {"create_placement_group": _create_placement_group,
@@ -388,6 +404,15 @@ def faulty_run_instances(faults: Ec2Faults) -> Callable[..., Any]:
             if rule.kind == "lose":
                 original(self, image_id, count, user_data, security_group_names, **kwargs)
                 raise Ec2HttpError(rule.code, "An internal error has occurred.", rule.status)
+            if rule.kind == "hold":
+                if rule.untagged:
+                    kwargs = {**kwargs, "tags": {}}
+                reservation = original(self, image_id, count, user_data, security_group_names,
+                                       **kwargs)
+                faults.held.extend(i.id for i in reservation.instances)
+                faults.holding.set()
+                faults.release.wait(HOLD_MAX_S)
+                return reservation
         return original(self, image_id, count, user_data, security_group_names, **kwargs)
 
     return run_instances
@@ -436,16 +461,19 @@ def moto_gaps() -> Iterator[None]:
     however many test directories of one run ask for them)."""
     _gaps_users[0] += 1
     original = EC2Response.run_instances
+    filters = moto_ec2_utils.filter_dict_attribute_mapping
     if _gaps_users[0] == 1:
         for name, fn in PLACEMENT_GROUP_ACTIONS.items():
             setattr(EC2Response, name, fn)
         setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
+        filters["client-token"] = "client_token"
     try:
         yield
     finally:
         _gaps_users[0] -= 1
         if _gaps_users[0] == 0:
             setattr(EC2Response, "run_instances", original)  # noqa: B010
+            filters.pop("client-token", None)
             for name in PLACEMENT_GROUP_ACTIONS:
                 delattr(EC2Response, name)
 

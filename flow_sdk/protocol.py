@@ -118,9 +118,10 @@ def restarts_prefix(task_id: str) -> str:
     return f"tasks/{task_id}/restarts/"
 
 
-def decider_key(task_id: str, generation: int) -> str:
-    """Claimed (put_if_absent) by the one node that decides how a failed generation ends."""
-    return f"tasks/{task_id}/decider/{generation:06d}"
+def decider_key(task_id: str, generation: int, slot: int = 0) -> str:
+    """Claimed (put_if_absent, a signed record) by the one node that decides how a failed
+    generation ends: the first slot that holds no forged claim."""
+    return f"tasks/{task_id}/decider/{generation:06d}/{slot:02d}"
 
 
 def agent_up_key(task_id: str, instance_id: str) -> str:

@@ -65,7 +65,7 @@ def launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list
     except BaseException as exc:
         note, arrived = _roll_back(nodes, task_id, contexts, ledger, lease)
         if not isinstance(exc, (KeyboardInterrupt, LaunchInterrupted)):
-            _interrupts.raise_held(arrived)
+            _interrupts.deliver(arrived)
         if isinstance(exc, (ClientError, BotoCoreError, VolumeError)):
             raise ProviderError(f"launch of task {task_id} failed: {exc}{note}") from exc
         if note and isinstance(exc, ProviderError):
@@ -74,7 +74,7 @@ def launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list
             exc.add_note(note.strip())
         raise
     note, arrived = _roll_back(nodes, task_id, contexts, ledger, lease)
-    _interrupts.raise_held(arrived)
+    _interrupts.deliver(arrived)
     spec, cfg = request.spec, nodes.cfg
     capped = (f" (stopped at provider_config max_launch_attempts={cfg.max_launch_attempts})"
               if failed.capped(cfg.max_launch_attempts) else "")

@@ -1,7 +1,8 @@
 """Signals during a launch. Ctrl-C (SIGINT) already raises ``KeyboardInterrupt``; while a
 launch runs, SIGTERM and SIGHUP raise ``LaunchInterrupted`` instead of ending the process on
-the spot, so the launch can roll back what it started. While it rolls back, these signals are
-held and raised once the rollback is done, so a second Ctrl-C cannot cut it short.
+the spot, so the launch can roll back what it started (a handler the program installed itself
+is left in place). While it rolls back, these signals are held, then handed to the handlers in
+place once the rollback is done, so a second Ctrl-C cannot cut it short.
 
 Python delivers signals to the main thread only: a launch on another thread leaves every
 handler as it is (a Ctrl-C still interrupts the main thread, not the launch).
@@ -9,6 +10,7 @@ handler as it is (a Ctrl-C still interrupts the main thread, not the launch).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -59,7 +61,7 @@ def raising() -> Iterator[None]:
 @contextmanager
 def held() -> Iterator[list[int]]:
     """Within: SIGINT, SIGTERM and SIGHUP are noted (the list yielded), not acted on. On
-    leaving, the handlers are restored; ``raise_held`` raises what arrived."""
+    leaving, the handlers are restored; ``deliver`` hands them what arrived."""
     arrived: list[int] = []
     if not _on_main_thread():
         yield arrived
@@ -79,11 +81,12 @@ def held() -> Iterator[list[int]]:
             signal.signal(signum, handler)
 
 
-def raise_held(arrived: list[int]) -> None:
-    """Raise for the first signal ``held`` noted: ``KeyboardInterrupt`` for SIGINT,
-    ``LaunchInterrupted`` for the others; nothing when none arrived."""
-    if not arrived:
-        return
-    if arrived[0] == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise LaunchInterrupted(arrived[0])
+def deliver(arrived: list[int]) -> None:
+    """Hand each signal ``held`` noted, once and in order, to the handler now in place
+    (Python's Ctrl-C handler raises ``KeyboardInterrupt``; a default one ends the process)."""
+    for signum in dict.fromkeys(arrived):
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            handler(signum, None)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), signum)

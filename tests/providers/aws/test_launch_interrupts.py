@@ -13,6 +13,7 @@ import pytest
 from aws_moto_world import AwsWorld, Ec2Faults, launch, placement_groups, spec
 
 from flow_sdk import protocol
+from flow_sdk.errors import CapacityError
 from flow_sdk.protocol import LaunchLease
 from flow_sdk.providers.aws import AwsProvider, _gang
 from flow_sdk.providers.aws._interrupts import LaunchInterrupted
@@ -150,3 +151,25 @@ def test_gc_reclaims_a_launch_whose_client_stopped_renewing_its_lease(aws: AwsWo
     provider.store.put(protocol.launch_lease_key("lease-live"), b"{\"state\": ")  # malformed
     assert provider.gc().live_tasks == ["lease-live"]  # the other rules decide
     provider.terminate("lease-live")
+
+
+def test_a_programs_own_signal_handler_is_kept_and_gets_the_held_signal(
+        aws: AwsWorld, ec2_faults: Ec2Faults, monkeypatch: pytest.MonkeyPatch) -> None:
+    ec2_faults.capacity()
+    noted: list[int] = []
+    real_delete = _gang.delete_resources
+
+    def delete_resources(ec2: Any, region: str, found: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)  # e.g. `flow run --detach` notes it and goes on
+        assert noted == []  # held until the rollback is done
+        return real_delete(ec2, region, found)
+
+    monkeypatch.setattr(_gang, "delete_resources", delete_resources)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))
+    try:
+        with pytest.raises(CapacityError):
+            launch(aws.provider(max_launch_attempts=2), "int-6", spec(**EFA_GANG))
+        assert noted == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert leftovers(aws) == []

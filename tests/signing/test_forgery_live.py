@@ -162,7 +162,10 @@ def test_a_replacement_node_refuses_a_rewritten_record_or_payload(tmp_path: Path
     lost = next(n.instance_id for n in task.nodes() if n.node == 1)
     gang = {i.instance_id for i in provider.list_instances(task.task_id)}
     os.kill(agent_pid(provider, task.task_id, lost), signal.SIGKILL)
+    killed = time.monotonic()
     assert task.wait(timeout=120) is TaskStatus.FAILED
+    print(f"rewritten {what}: refused by the replacement, FAILED {time.monotonic() - killed:.2f}"
+          " s after the node was killed")
     outcome = task.outcome()
     assert outcome is not None and "refused to run the task" in outcome.message
     assert key in outcome.message

@@ -216,6 +216,13 @@ def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
         signed.put_record_if_absent(protocol.outcome_key(task_id), Outcome(
             TaskStatus.FAILED.value, f"launch failed: {exc}", time.time()))
         raise
+    except BaseException as exc:  # Ctrl-C, a signal, a bug: the provider rolled back
+        interrupted = not isinstance(exc, Exception)
+        signed.put_record_if_absent(protocol.outcome_key(task_id), Outcome(
+            (TaskStatus.CANCELLED if interrupted else TaskStatus.FAILED).value,
+            f"launch {'interrupted' if interrupted else 'failed'}: {type(exc).__name__}: "
+            f"{exc}", time.time()))
+        raise
     signed.put_record(protocol.membership_key(task_id, 0), MembershipRecord(0, [
         GangMember(i.instance_id, i.address) for i in instances], time.time()))
     launch = LaunchRecord(min(i.launched_at for i in instances), [

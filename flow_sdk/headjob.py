@@ -19,9 +19,11 @@ The head's own environment is the job's (``WORLD_SIZE`` counts every worker), so
 does not call ``init_process_group`` itself; the trainers' calls do, inside the call's layout.
 ``MASTER_PORT`` is the pool's for the life of the job; each call gets a port of its own.
 
-The link is authenticated with a random key made by the client and shipped inside the task's
-payload: a worker proves it holds the key before it is sent anything, and every message in
-either direction carries an HMAC over its sequence number and the connection's nonce.
+The link is authenticated with a key derived from the task's secret (:func:`link_key`), which
+the node agent puts in each worker's environment (``KEY_ENV``); it is never in the payload,
+which the object store holds in the clear. A worker proves it holds the key before it is sent
+anything, and every message in either direction carries an HMAC over its sequence number and
+the connection's nonce.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flow_sdk import current, payload
+from flow_sdk import current, payload, signing
 from flow_sdk.errors import FlowError
 from flow_sdk.providers.process import free_port
 
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from flow_sdk.spec import TaskSpec
 
 CONNECT_TIMEOUT_S = 600.0  # how long a worker keeps trying to reach the head
+KEY_ENV = "FLOW_HEAD_JOB_KEY"  # the link key, hex, in every worker's environment
 _POLL_S = 0.1
 _NONCE = 16
 _TAG = 32
@@ -61,10 +64,24 @@ class HeadJobError(FlowError, RuntimeError):
 def call_for(spec: TaskSpec, fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """The call a task of ``spec`` ships: ``fn`` itself, or, with ``run_on="head"``, ``fn``
-    wrapped by :func:`run_head_only` with a new key."""
+    wrapped by :func:`run_head_only`."""
     if spec.run_on != "head":
         return fn, args, kwargs
-    return run_head_only, (fn, args, kwargs, secrets.token_bytes(32)), {}
+    return run_head_only, (fn, args, kwargs), {}
+
+
+def link_key(secret: bytes) -> str:
+    """The head job's link key (hex) for a task's secret: the agent sets it as ``KEY_ENV``.
+    Derived, so a worker's environment never holds the secret that signs the task's store."""
+    return signing.mac(secret, "head-job-link", b"")
+
+
+def _key_from_env() -> bytes:
+    value = os.environ.get(KEY_ENV, "")
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise HeadJobError(f"{KEY_ENV} must hold the head job's 64-hex-digit link key, which "
+                           "the node agent sets; run run_on='head' tasks through FlowApp")
+    return bytes.fromhex(value)
 
 
 # -- framing ----------------------------------------------------------------------------------
@@ -308,11 +325,12 @@ def _serve(link: _Link) -> None:
                 link.send((False, traceback.format_exc()))
 
 
-def run_head_only(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                  key: bytes) -> Any:
+def run_head_only(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+                  ) -> Any:
     """Every worker's function in a ``run_on="head"`` task: the head runs ``fn`` with its
-    pool open; the others serve the pool and return ``None``."""
+    pool open; the others serve the pool and return ``None``. The link key is ``KEY_ENV``."""
     global _active
+    key = _key_from_env()
     address = str(current.main_ip)
     port = int(os.environ["MASTER_PORT"])
     world = int(current.world_size)

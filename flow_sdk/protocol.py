@@ -118,9 +118,10 @@ def restarts_prefix(task_id: str) -> str:
     return f"tasks/{task_id}/restarts/"
 
 
-def decider_key(task_id: str, generation: int) -> str:
-    """Claimed (put_if_absent) by the one node that decides how a failed generation ends."""
-    return f"tasks/{task_id}/decider/{generation:06d}"
+def decider_key(task_id: str, generation: int, slot: int = 0) -> str:
+    """Claimed (put_if_absent, a signed record) by the one node that decides how a failed
+    generation ends: the first slot that holds no forged claim."""
+    return f"tasks/{task_id}/decider/{generation:06d}/{slot:02d}"
 
 
 def agent_up_key(task_id: str, instance_id: str) -> str:
@@ -135,6 +136,11 @@ def agents_up_prefix(task_id: str) -> str:
 
 def launch_key(task_id: str) -> str:
     return f"tasks/{task_id}/launch.json"
+
+
+def launch_lease_key(task_id: str) -> str:
+    """Kept by the launching client while it starts the task's nodes (``LaunchLease``)."""
+    return f"tasks/{task_id}/launch-lease.json"
 
 
 def membership_key(task_id: str, generation: int) -> str:
@@ -256,6 +262,37 @@ class LaunchRecord:
     def from_json(cls, data: bytes) -> LaunchRecord:
         raw = _fields_of(cls, data)
         return cls(raw["launched_at"], [LaunchedNode(**n) for n in raw["nodes"]])
+
+
+LEASE_STATES = ("launching", "launched", "rolled-back")
+LEASE_MAX_TTL_S = 3600.0  # a lease claiming a longer life (or a future renewal) is stale
+
+
+@dataclass(frozen=True)
+class LaunchLease:
+    """What the launching client says about its launch while it runs: ``launching``, renewed
+    every few seconds; then ``launched`` (the gang started) or ``rolled-back`` (the launch
+    failed or was interrupted, and what it started was removed). A ``launching`` lease that
+    was not renewed within ``ttl_s`` means the client died mid-launch."""
+
+    state: str  # one of LEASE_STATES
+    renewed_at: float  # epoch seconds, the client's clock
+    ttl_s: float
+    holder: str  # "<host>:<pid>" of the launching process
+
+    def stale(self, now: float) -> bool:
+        """Whether a ``launching`` lease is past its life (a client killed mid-launch)."""
+        ttl = min(self.ttl_s, LEASE_MAX_TTL_S)
+        return now > self.renewed_at + ttl or self.renewed_at > now + LEASE_MAX_TTL_S
+
+    @classmethod
+    def from_json(cls, data: bytes) -> LaunchLease:
+        raw = _fields_of(cls, data)
+        _one_of("LaunchLease.state", raw["state"], LEASE_STATES)
+        for name in ("renewed_at", "ttl_s"):
+            if isinstance(raw[name], bool) or not isinstance(raw[name], (int, float)):
+                raise RecordError(f"LaunchLease.{name} is {raw[name]!r}, not a number")
+        return cls(**raw)
 
 
 @dataclass(frozen=True)

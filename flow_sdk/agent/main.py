@@ -4,9 +4,9 @@ Started by a provider on every node with ``FLOW_BOOT`` (task and provider), ``FL
 and ``FLOW_NODE_ADDRESS`` set. It reaches the provider only through the provider interface.
 
 A task runs in generations. Generation 0 starts when every node passed the start barrier.
-When a worker fails or a node is lost, exactly one node (the one that claims the
-generation's decider key in the object store) decides: it writes the task's outcome, or, while
-``max_restarts`` allows, stops the lost nodes, starts replacements and opens the next
+When a worker fails or a node is lost, exactly one node (the one whose signed claim of the
+generation's decider key is in the object store) decides: it writes the task's outcome, or,
+while ``max_restarts`` allows, stops the lost nodes, starts replacements and opens the next
 generation, in which every node rendezvouses again and restarts its workers.
 
 A node learns its generation's gang from the membership record written by whoever started
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 
-from flow_sdk import protocol, sdkwheel, signing
+from flow_sdk import headjob, protocol, sdkwheel, signing
 from flow_sdk.agent import clock
 from flow_sdk.agent.workers import WorkerExit, WorkerGroup
 from flow_sdk.errors import FlowError, SignatureError
@@ -60,6 +60,7 @@ DECISION_WAIT_S = 30.0  # how long other nodes wait for the decider
 CANCEL_CHECK_S = 2.0
 INTERRUPTION_CHECK_S = 5.0  # how often a node asks its provider for an interruption notice
 MEMBERSHIP_GRACE_S = 10.0  # how long a node waits for its generation's membership record
+DECIDER_SLOTS = 8  # claim slots per generation: a forged claim in one moves the nodes on
 
 
 class Next(enum.Enum):
@@ -254,6 +255,9 @@ class Agent:
                            distributed=spec.distributed_mode == "auto", restart_count=gen,
                            max_restarts=spec.max_restarts, user_env={**volume_env, **spec.environment})
                 for slot in range(spec.slots_per_node)]
+        if spec.run_on == "head":  # the head job's link key, derived from the task's secret
+            for env in envs:
+                env[headjob.KEY_ENV] = headjob.link_key(self.secret)
         workers = WorkerGroup(workdir=self.workdir, log_store=self.provider.logs,
                               task_id=self.task_id, node_rank=membership.node_rank, envs=envs,
                               pids_file=self.workdir / protocol.WORKER_PGIDS_FILE,
@@ -285,8 +289,12 @@ class Agent:
                 store.report_failure(report)
             except StoreLost:
                 self.log("the store is gone; deciding on what this node saw")
-        if self.provider.store.put_if_absent(protocol.decider_key(self.task_id, gen),
-                                             self.instance_id.encode()):
+        decides = self._claim_decider(gen)
+        if decides is None:
+            self._fail(f"node {m.node_rank}: every decider slot of generation {gen} holds a "
+                       "forged claim; nothing can decide how it ends")
+            return Next.FAILED
+        if decides:
             return self._decide(gen, spec, m, store, report)
         deadline = time.monotonic() + DECISION_WAIT_S
         restart = protocol.restart_key(self.task_id, gen + 1)
@@ -300,6 +308,18 @@ class Agent:
         self._fail(f"node {m.node_rank}: no node decided how generation {gen} ends within "
                    f"{DECISION_WAIT_S:.0f}s")
         return Next.FAILED
+
+    def _claim_decider(self, gen: int) -> bool | None:
+        """Whether this node decides how generation ``gen`` ends: the first node to put its
+        signed claim in the first slot that holds no forged one (every node walks the slots
+        in the same order, so exactly one wins). None when every slot holds a forgery."""
+        for slot in range(DECIDER_SLOTS):
+            key = protocol.decider_key(self.task_id, gen, slot)
+            if self.store.put_record_if_absent(key, {"instance_id": self.instance_id}):
+                return True
+            if self._checked(key) is not None:  # another node's claim
+                return False
+        return None
 
     def _decide(self, gen: int, spec: TaskSpec, m: Membership, store: NodeStore,
                 report: FailureReport | None) -> Next:

@@ -280,8 +280,9 @@ class _StreamFile:
     """Appends ``<epoch seconds>\\t<text>`` lines (the FileLogStore format), one write per batch."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the user's alone
+        self._fh = os.fdopen(fd, "ab", buffering=0)  # closed by close()
         self._partial: dict[str, bytes] = {}
 
     def feed(self, source: str, chunk: bytes, prefix: str = "") -> None:

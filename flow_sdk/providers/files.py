@@ -11,7 +11,7 @@ from typing import IO
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore, safe_part
 
 
-def _private_dirs(folder: Path) -> None:
+def private_dirs(folder: Path) -> None:
     """Create ``folder`` and its missing parents as 0700: other users cannot read task data."""
     missing = []
     while not folder.exists():
@@ -33,7 +33,7 @@ class FileObjectStore(ObjectStore):
         return self.root / safe_part(key, "object key")
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
-        _private_dirs(path.parent)
+        private_dirs(path.parent)
         temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         with os.fdopen(_private_file(temp, os.O_EXCL), "wb") as fh:
             fh.write(data)
@@ -88,7 +88,7 @@ class FileObjectStore(ObjectStore):
 
 class _FileLogWriter(LogWriter):
     def __init__(self, path: Path) -> None:
-        _private_dirs(path.parent)
+        private_dirs(path.parent)
         self._fh: IO[bytes] = os.fdopen(_private_file(path, os.O_APPEND), "ab", buffering=0)
 
     def write(self, records: list[LogRecord]) -> None:

@@ -47,7 +47,7 @@ from flow_sdk.providers.base import (
     Volumes,
     boot_stream,
 )
-from flow_sdk.providers.files import FileLogStore, FileObjectStore
+from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs
 from flow_sdk.spec import TaskSpec
 
 KEEPER_EXIT_WAIT_S = 3.0  # after the agent stops, how long its keeper may take to drain and exit
@@ -159,8 +159,9 @@ class LocalProvider(Provider):
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
         block = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}"
+        private_dirs(self.root)  # 0700: payloads, results and logs are this user's alone
         records = self._records_dir(request.task_id)
-        records.mkdir(parents=True, exist_ok=True)
+        private_dirs(records)
         (records / "address-block").write_text(block)
         self._reserve_gpus(request)
         return self._start_nodes(request, range(request.spec.num_instances), rollback_all=True)
@@ -269,7 +270,8 @@ class LocalProvider(Provider):
                     server: tuple[_sshd.NodeSsh, _TaskSsh, str] | str) -> Instance:
         task_id = request.task_id
         workdir = self._node_dir(task_id, instance_id)
-        workdir.mkdir(parents=True)
+        private_dirs(workdir.parent)
+        workdir.mkdir(mode=0o700)
         env = dict(os.environ)
         env.update(request.boot_env)
         protocol.boot_env_to_file(env, workdir / "boot.json")  # it holds the task's secret
@@ -304,7 +306,7 @@ class LocalProvider(Provider):
             else:
                 record["ssh_unavailable"] = f"sshd rejected the node's configuration: {problem}"
         stream = self._logs.stream_path(task_id, boot_stream(instance_id))
-        stream.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(stream.parent)
         read_end, write_end = os.pipe()
         try:
             keeper = subprocess.Popen(

@@ -47,6 +47,10 @@ class FailureReport:
 
 _GENERATION_KEY = "generation"
 _WATCH_CHUNK_S = 30.0  # one blocking wait of the failure watch
+# One blocking wait at a barrier: the server answers it at the latest after this long, so a
+# leader that stops answering (frozen, or its machine gone silent) is found within this plus
+# the client's operation timeout (kvstore.OP_TIMEOUT_S): the heartbeat bound, not the barrier's.
+BARRIER_WAIT_S = 1.0
 _REPORT_TYPES: dict[str, tuple[type, ...]] = {
     "node": (int,), "status": (str,), "message": (str,), "observed_at": (int, float),
     "rank": (int, type(None)), "exit_code": (int, type(None)),
@@ -178,7 +182,9 @@ class NodeStore:
 
     def barrier(self, name: str, timeout_s: float) -> None:
         """Return when every node reached the barrier; raise naming the missing nodes. The
-        server answers the wait when the last node arrives: nothing polls."""
+        server answers the wait when the last node arrives (nothing polls), or after
+        ``BARRIER_WAIT_S``, when the wait is asked again: a leader that does not answer
+        raises ``StoreLost`` within that plus the operation timeout."""
         self._call("set", self._k(f"{name}/{self.m.node_rank}"), "1")
         counter = self._k(f"{name}/count")
         arrived = self._call("add", counter, 1)
@@ -192,7 +198,7 @@ class NodeStore:
                            for r, value in enumerate(values) if value is None]
                 raise RendezvousError(f"start barrier timed out after {timeout_s:.0f}s; "
                                       f"missing: {', '.join(missing)}")
-            arrived = self._call("wait", counter, self.m.num_nodes, left)
+            arrived = self._call("wait", counter, self.m.num_nodes, min(left, BARRIER_WAIT_S))
 
     def publish(self, name: str, value: str) -> None:
         """Set this node's value of ``name``."""

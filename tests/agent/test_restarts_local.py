@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from flow_testing import agent_pid, processes_with_env, wait_until
-from flow_sdk import FlowApp, TaskStatus
+from flow_sdk import FlowApp, TaskStatus, protocol, signing
 from flow_sdk.providers.local import LocalProvider
 
 pytestmark = pytest.mark.slow
@@ -79,3 +80,33 @@ def test_worker_failures_restart_in_place_until_success() -> None:
 def test_restarts_exhausted_fails_with_the_last_cause() -> None:
     with pytest.raises(RuntimeError, match="transient failure 1"):
         flaky.with_options(max_restarts=1).remote()
+
+
+@app.function(num_instances=2, max_restarts=1)
+def fails_once() -> int:
+    import time
+
+    from flow_sdk import current
+    if current.node_index == 1 and current.restart_count == 0:
+        time.sleep(2)  # the forged claims are in the store before this fails
+        raise RuntimeError("first generation fails")
+    return current.restart_count
+
+
+def test_forged_decider_claims_cannot_stop_the_restart() -> None:
+    task = fails_once.spawn()
+    started = time.monotonic()
+    for slot in range(2):  # unsigned, and signed with another task's secret
+        key = protocol.decider_key(task.task_id, 0, slot)
+        other = signing.SignedStore(task.provider.store, bytes(32))
+        if slot:
+            other.put_record(key, {"instance_id": "i-forger"})
+        else:
+            task.provider.store.put(key, b"i-forger")
+    assert task.results(timeout=120) == [1, 1]
+    elapsed = time.monotonic() - started
+    print(f"forged decider claims: restarted and SUCCEEDED {elapsed:.2f} s after spawn")
+    assert elapsed < 30  # DECISION_WAIT_S: nobody waited for a forger
+    agent_lines = task.logs(source="agent")
+    assert sum("ignored a forged record" in ln and "decider" in ln for ln in agent_lines) >= 2
+    assert any("restart 1 of 1" in ln for ln in agent_lines)

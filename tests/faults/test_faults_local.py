@@ -19,8 +19,9 @@ import pytest
 from flow_testing import agent_pid, processes_with_env, wait_until, worker_pids
 from flow_sdk import FlowApp, PayloadError, Task, TaskFailedError, TaskStatus, TaskTimedOutError
 from flow_sdk import payload as flow_payload
-from flow_sdk import protocol
+from flow_sdk import protocol, signing
 from flow_sdk.providers.local import LocalProvider
+from flow_sdk.rendezvous.kvstore import KVClient
 
 pytestmark = pytest.mark.slow
 
@@ -250,3 +251,43 @@ class _Touch:
 
 def _touch(path: str) -> None:
     Path(path).write_text("unpickled")
+
+
+def test_frozen_leader_at_the_start_barrier_fails_the_task_within_10_s(
+        flow_home: Path, fault_record) -> None:
+    """Node 2 is frozen before it arrives, so nodes 0 and 1 wait at the start barrier; then
+    the leader (node 0, which hosts the store) is frozen too. Node 1 must find it within
+    the heartbeat bound, not the barrier's timeout."""
+    task = sleeper.with_options(num_instances=3, availability_timeout_s=120).spawn()
+    provider = _provider(task)
+    nodes = provider.list_instances(task.task_id)  # by instance id: the node ranks
+    late = agent_pid(provider, task.task_id, nodes[2].instance_id)
+    leader = agent_pid(provider, task.task_id, nodes[0].instance_id)
+    os.kill(late, signal.SIGSTOP)
+    stopped = [late]
+    try:
+        peer = KVClient(nodes[0].address, task.record().rdzv_port,
+                        signing.load_task_secret(task.task_id), connect_timeout_s=60)
+        try:
+            wait_until(lambda: peer.get("g0/start/count") == "2", 90,
+                       "nodes 0 and 1 at the start barrier")
+            assert peer.get("g0/start/2") is None  # node 2 never arrived
+        finally:
+            peer.close()
+        os.kill(leader, signal.SIGSTOP)
+        stopped.append(leader)
+        start = time.monotonic()
+        wait_until(lambda: task.outcome() is not None, 30, "the task to end")
+        elapsed = time.monotonic() - start
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        if task.outcome() is None:  # the bound was missed: stop the nodes all the same
+            task.cancel()
+    outcome = task.outcome()
+    assert outcome is not None and outcome.status == TaskStatus.FAILED.value
+    assert "lost contact with the leader" in outcome.message and "node 0" in outcome.message
+    assert elapsed < 10, f"the frozen leader was found after {elapsed:.1f}s"
+    assert task.wait(timeout=30) is TaskStatus.FAILED
+    fault_record("frozen (SIGSTOP) leader agent while the gang waits at the start barrier, "
+                 "3 nodes (issue 15)", elapsed, _leaked(flow_home), "none")

@@ -99,7 +99,20 @@ def test_run_on_head_needs_auto_mode_and_ships_a_wrapped_call() -> None:
         build_task_spec(app="a", name="n", run_on="head-node")
     spec = build_task_spec(app="a", name="n", num_instances=2, run_on="head")
     fn, args, kwargs = headjob.call_for(spec, _times_ten, (1,), {})
-    assert fn is headjob.run_head_only and args[:3] == (_times_ten, (1,), {})
-    assert len(args[3]) == 32 and kwargs == {}
+    assert fn is headjob.run_head_only and args == (_times_ten, (1,), {}) and kwargs == {}
     every = build_task_spec(app="a", name="n")
     assert headjob.call_for(every, _times_ten, (1,), {}) == (_times_ten, (1,), {})
+
+
+def test_the_link_key_comes_from_the_task_secret_never_from_the_payload(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = secrets.token_bytes(32)
+    key = headjob.link_key(secret)
+    assert len(key) == 64 and key == headjob.link_key(secret) != headjob.link_key(KEY)
+    assert key != secret.hex()  # derived: a worker's environment never holds the secret
+    monkeypatch.delenv(headjob.KEY_ENV, raising=False)
+    with pytest.raises(headjob.HeadJobError, match=headjob.KEY_ENV):
+        headjob.run_head_only(_times_ten, (1,), {})
+    monkeypatch.setenv(headjob.KEY_ENV, "zz" * 32)
+    with pytest.raises(headjob.HeadJobError, match="64-hex-digit"):
+        headjob.run_head_only(_times_ten, (1,), {})

@@ -51,3 +51,40 @@ def test_log_store_cursor_never_rereads_and_waits_for_whole_lines(tmp_path: Path
     assert [r.text for r in records] == ["half done"]
     assert logs.streams("t") == ["node-0.rank-0"]
     writer.close()
+
+
+@pytest.mark.slow
+def test_a_local_tasks_store_logs_and_node_folders_are_the_users_alone(flow_home: Path) -> None:
+    import stat
+
+    from flow_testing import wait_until
+
+    from flow_sdk import FlowApp
+
+    app = FlowApp("private")
+
+    @app.function(num_instances=2)
+    def hello() -> str:
+        import time
+        print("hello", flush=True)
+        time.sleep(2)  # the node folders are looked at while the task runs
+        return "hi"
+
+    task = hello.spawn()
+    root = flow_home / "local"
+    wait_until(lambda: sum("hello" in line for line in task.logs()) == 2, 90, "2 ranks")
+    workdirs = list((root / "nodes" / task.task_id).iterdir())
+    assert len(workdirs) == 2  # each holds the node's copy of the payload and its results
+    for folder in [root / "nodes", root / "nodes" / task.task_id, *workdirs]:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    assert task.results(timeout=120) == ["hi", "hi"]
+    assert stat.S_IMODE(flow_home.stat().st_mode) == 0o700
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    checked = 0
+    for part in ("store", "logs"):  # every object, result, record and log line
+        for path in [root / part, *(root / part).rglob("*")]:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            assert mode == (0o700 if path.is_dir() else 0o600), f"{path}: {oct(mode)}"
+            checked += 1
+    assert checked > 20
+    assert len(list((root / "store").rglob("results/*"))) == 2

@@ -4,11 +4,14 @@ run: results and error payloads on the client, the task record and payload on a 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from flow_testing import agent_pid, wait_until
 from flow_sdk import FlowApp, payload, protocol, signing
 from flow_sdk.errors import SignatureError
 from flow_sdk.protocol import BootConfig, TaskRecord, TaskStatus
@@ -123,3 +126,49 @@ def test_a_rewritten_task_record_is_refused_by_the_node(tmp_path: Path) -> None:
     task = _launch_by_hand(provider, blob, blob, {"payload_digest": payload.digest(evil)})
     message = _refused(task, marker)
     assert protocol.task_key(task.task_id) in message and "MAC does not match" in message
+
+
+@app.function(num_instances=2, max_restarts=1)
+def steady() -> int:
+    import time as _time
+
+    from flow_sdk import current
+    print("ready", flush=True)
+    if current.restart_count == 0:
+        _time.sleep(300)  # generation 0 ends when node 1 is lost
+    return current.restart_count
+
+
+@pytest.mark.parametrize("what", ["record", "payload"])
+def test_a_replacement_node_refuses_a_rewritten_record_or_payload(tmp_path: Path,
+                                                                   what: str) -> None:
+    task = steady.spawn()
+    wait_until(lambda: sum("ready" in line for line in task.logs()) == 2, 90, "2 ranks ready")
+    marker = tmp_path / "ran"
+    evil = payload.pack_call(Path.touch, (marker,), {})
+    store = task.provider.store
+    if what == "record":  # another digest, the MAC kept
+        store.put(protocol.payload_key(payload.digest(evil)), evil)
+        key = protocol.task_key(task.task_id)
+        raw = store.get(key)
+        assert raw is not None
+        store.put(key, json.dumps({**json.loads(raw),
+                                   "payload_digest": payload.digest(evil)}).encode())
+    else:  # other bytes under the signed digest
+        key = protocol.payload_key(task.record().payload_digest)
+        store.put(key, evil)
+    provider = task.provider
+    assert isinstance(provider, LocalProvider)
+    lost = next(n.instance_id for n in task.nodes() if n.node == 1)
+    gang = {i.instance_id for i in provider.list_instances(task.task_id)}
+    os.kill(agent_pid(provider, task.task_id, lost), signal.SIGKILL)
+    killed = time.monotonic()
+    assert task.wait(timeout=120) is TaskStatus.FAILED
+    print(f"rewritten {what}: refused by the replacement, FAILED {time.monotonic() - killed:.2f}"
+          " s after the node was killed")
+    outcome = task.outcome()
+    assert outcome is not None and "refused to run the task" in outcome.message
+    assert key in outcome.message
+    replacement = {i.instance_id for i in provider.list_instances(task.task_id)} - gang
+    assert len(replacement) == 1 and next(iter(replacement)) in outcome.message
+    assert not marker.exists()

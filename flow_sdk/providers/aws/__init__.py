@@ -3,12 +3,15 @@
 * ``_provider``: ``AwsProvider``: checks and plans; every other job is a module of its own
   that takes the shared ``_nodes.AwsNodes`` (settings, clients, node runtime, volumes, how a
   task's instances are found).
-* ``_launch``: the one gang ``run_instances`` per attempt (MinCount/MaxCount, tags, IMDSv2,
-  instance profile, key pair, security group, cluster placement group + EFA interfaces, spot,
-  ClientToken, shutdown = terminate, rollback of partial gangs) and ``failover``, the one loop
+* ``_launch``: the one gang ``run_instances`` per attempt (MinCount/MaxCount, tags, IMDSv2
+  with hop limit 1, 2 for a task in its container image, instance profile, key pair, security
+  group, cluster placement group + EFA interfaces, spot, ClientToken, shutdown = terminate,
+  rollback of partial gangs by returned ids, token and tags) and ``failover``, the one loop
   over candidates that both the gang launch and the replacement launch run.
 * ``_gang``: a task's launch: the catalog's offers (``flow_sdk.catalog.plan_offers``) in the
-  zones that offer them, volumes provisioned per attempt, failed tries' regions cleaned up.
+  zones that offer them, volumes provisioned per attempt, failed tries' regions cleaned up;
+  a launch that ends early (error, Ctrl-C, SIGTERM/SIGHUP: ``_interrupts``) rolls back all it
+  started. ``_lease``: the launch lease by which ``gc`` finds a client killed mid-launch.
 * ``_replace``: ``add_instances`` under ``max_restarts``, called by the deciding node agent
   (a copy of a running node with the gang's tags and user-data).
 * ``_volumes`` (+ ``_efs``, ``_ebs``): ``AwsProvider.volumes``: file volumes get an EFS file
@@ -17,7 +20,8 @@
   policy. ``gc`` never deletes volumes.
 * ``_ssh``: ``ssh_endpoint`` pins the ed25519 host key the node printed to its serial console
   (``_hostkeys``) and uses the per-task key written (0600) at launch.
-* ``_teardown`` / ``_gc``: terminate a task; reclaim what belongs to ended tasks.
+* ``_teardown`` / ``_gc``: terminate a task; reclaim what belongs to ended tasks (and to
+  launches that were rolled back or cut short).
 * ``_runtime``: the node runtime seam (``NodeRuntime``) and real EC2's (``Ec2Runtime``); the
   config's ``node_runtime()`` picks one, and the provider never asks which (tests play the
   instances with local processes through another runtime).

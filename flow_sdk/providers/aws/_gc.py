@@ -4,7 +4,9 @@ live task; and what the node runtime runs for ended tasks.
 
 Only resources tagged with this provider's store (``flow:store = s3://bucket/prefix``) are
 considered, so two flow installations sharing an account never reclaim each other's. A task is
-live while its record is in the store, it has no outcome, and it is within its runtime cap.
+live while its record is in the store, it has no outcome, its launch was not rolled back or cut
+short (a launch lease that its client stopped renewing: ``_lease``), and it is within its
+runtime cap.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk import protocol
-from flow_sdk.errors import ProviderError
-from flow_sdk.protocol import TaskRecord
+from flow_sdk.errors import ProviderError, RecordError
+from flow_sdk.protocol import LaunchLease, TaskRecord
 from flow_sdk.providers.aws._iam import task_roles
 from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import (
@@ -41,10 +43,30 @@ def task_verdict(store: ObjectStore, task_id: str, now: float) -> str | None:
     outcome = store.get(protocol.outcome_key(task_id))
     if outcome is not None:
         return f"task ended {protocol.Outcome.from_json(outcome).status}"
+    launch = _launch_verdict(store.get(protocol.launch_lease_key(task_id)), now)
+    if launch is not None:
+        return launch
     record = TaskRecord.from_json(raw)
     cap = record.spec.get("max_run_time_hours")
     if cap is not None and now > record.created_at + float(cap) * 3600 + RUNTIME_GRACE_S:
         return "task is past its max_run_time_hours and wrote no outcome"
+    return None
+
+
+def _launch_verdict(raw: bytes | None, now: float) -> str | None:
+    """Why the task's launch lease says its resources may go, or None."""
+    if raw is None:
+        return None  # a task launched before launch leases, or by another provider
+    try:
+        lease = LaunchLease.from_json(raw)
+    except RecordError:
+        return None  # malformed: the other rules decide
+    if lease.state == "rolled-back":
+        return "its launch ended without a gang and was rolled back"
+    if lease.state == "launching" and lease.stale(now):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease.renewed_at))
+        return (f"its launch was cut short: the launching client ({lease.holder}) last "
+                f"renewed its launch lease at {when}")
     return None
 
 

@@ -5,8 +5,10 @@ the priority, then price, then region order); within an offer the zones that off
 tried in name order. Each try is ONE ``run_instances`` with MinCount (``min_instances`` or
 ``num_instances``) and MaxCount (``num_instances``). A capacity error moves on to the next
 zone / offer; a quota error skips the rest of that region for the offer; anything else stops
-the launch. Whatever a failed try started is terminated (found by its task + attempt tags)
-before the next one, and the final error lists every attempt.
+the launch. Whatever a failed try started is terminated before the next one: the ids EC2
+returned, what its ClientToken started (its answer may have been lost), and what carries its
+task + attempt tags; the final error lists every attempt. A ``LaunchLedger`` keeps every
+token and id of a launch, so an interrupted launch rolls back the same way (``_gang``).
 
 Replacement nodes (``AwsProvider.add_instances``, after a node loss under ``max_restarts``) go
 through the same request and rollback, with exactly ``count`` instances, the gang's attempt tag
@@ -58,6 +60,7 @@ TRANSIENT_RETRIES = 4
 # A task's new instance profile can take seconds to reach EC2, which until then refuses it as
 # an invalid iamInstanceProfile: the same request again every PROFILE_RETRY_S, this many times.
 PROFILE_RETRIES = 30
+ID_RETRIES = 4  # an instance id EC2 just returned, not yet known to TerminateInstances
 ROOT_VOLUME_GB = 200
 
 
@@ -76,6 +79,13 @@ def market_options(offer: Offer, spec: TaskSpec) -> dict[str, Any] | None:
     if spec.max_price_per_hour is not None:
         spot["MaxPrice"] = f"{spec.max_price_per_hour:.4f}"
     return {"MarketType": "spot", "SpotOptions": spot}
+
+
+def imds_hop_limit(spec: TaskSpec) -> int:
+    """How many network hops an IMDSv2 token may travel: 1 keeps the role's credentials on
+    the node itself; 2 only for a task that runs in its container image (the agent runs
+    inside it)."""
+    return 2 if spec.image is not None else 1
 
 
 def network_interfaces(subnet_id: str, security_group: str, efa_cards: int
@@ -132,7 +142,7 @@ def run_instances_request(plan: AttemptPlan) -> dict[str, Any]:
         "UserData": plan.user_data,
         "IamInstanceProfile": {profile_key: plan.instance_profile},
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled",
-                            "HttpPutResponseHopLimit": 2},  # 2: reachable from a container
+                            "HttpPutResponseHopLimit": imds_hop_limit(spec)},
         "InstanceInitiatedShutdownBehavior": "terminate",
         "Placement": {"AvailabilityZone": plan.zone},
         "BlockDeviceMappings": [{"DeviceName": plan.root_device, "Ebs": {
@@ -216,6 +226,61 @@ def terminate_tagged(ec2: Any, task_id: str, attempt: int | None = None,
     return ids
 
 
+def alive_by_token(ec2: Any, tokens: list[str]) -> list[str]:
+    """Non-terminated instances that requests with these ClientTokens started (an attempt
+    whose answer was lost is found this way: its instance ids never reached the caller)."""
+    ids: list[str] = []
+    for start in range(0, len(tokens), 200):  # at most 200 values per filter
+        for page in ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": "client-token", "Values": tokens[start:start + 200]},
+                         {"Name": "instance-state-name", "Values": ALIVE_STATES}],
+                PaginationConfig={"PageSize": 1000}):
+            ids.extend(i["InstanceId"] for r in page["Reservations"] for i in r["Instances"])
+    return ids
+
+
+@dataclass
+class LaunchLedger:
+    """What one launch asked EC2 for and what EC2 answered, per region: the ClientToken of
+    every request sent, and the instance ids of every answer. A rollback works from these as
+    well as from the task tag: EC2 may not list a gang it just started by tag yet, and the
+    ids of a request whose answer was lost are known only by its token."""
+
+    tokens: dict[str, list[str]] = field(default_factory=dict)
+    instance_ids: dict[str, list[str]] = field(default_factory=dict)
+
+    def sent(self, region: str, token: str) -> None:
+        known = self.tokens.setdefault(region, [])
+        if token not in known:
+            known.append(token)
+
+    def returned(self, region: str, instance_ids: Iterable[str]) -> None:
+        self.instance_ids.setdefault(region, []).extend(instance_ids)
+
+    def roll_back(self, ec2: Any, region: str, task_id: str) -> list[str]:
+        """Terminate, in ``region``, every instance this launch started: the ids EC2
+        returned, what its tokens started, and what carries the task tag. Returns the ids."""
+        ids = list(dict.fromkeys(self.instance_ids.get(region, [])
+                                 + alive_by_token(ec2, self.tokens.get(region, []))))
+        terminate_ids(ec2, ids)
+        return ids + [i for i in terminate_tagged(ec2, task_id) if i not in ids]
+
+
+def terminate_ids(ec2: Any, ids: list[str]) -> None:
+    """Terminate ``ids`` (ids EC2 returned a moment ago included: an id it does not know
+    yet is asked about again after a short wait, as EC2's reads are eventually consistent)."""
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start:start + 1000]
+        for retry in range(ID_RETRIES + 1):
+            try:
+                ec2.terminate_instances(InstanceIds=chunk)
+                break
+            except ClientError as exc:
+                if error_code(exc) != "InvalidInstanceID.NotFound" or retry == ID_RETRIES:
+                    raise
+                time.sleep(GangLauncher.retry_base_s * 2 ** retry)
+
+
 class GangLauncher:
     """Runs one attempt: the request, idempotent retries, the gang check and the rollback."""
 
@@ -225,32 +290,37 @@ class GangLauncher:
     def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
         self._sleep = sleep
 
-    def try_launch(self, ctx: RegionContext, plan: AttemptPlan, profile_is_new: bool
-                   ) -> list[dict[str, Any]]:
-        """The gang's instances, or AttemptFailed after rolling the attempt back."""
+    def try_launch(self, ctx: RegionContext, plan: AttemptPlan, profile_is_new: bool,
+                   ledger: LaunchLedger | None = None) -> list[dict[str, Any]]:
+        """The gang's instances, or AttemptFailed after rolling the attempt back. ``ledger``
+        records the request's token before it is sent and the ids EC2 answers with."""
         request = run_instances_request(plan)
         required = request["MinCount"]
         response: dict[str, Any] | None = None
         last = "no response"
+        ledger = ledger if ledger is not None else LaunchLedger()
+        ledger.sent(ctx.region, request["ClientToken"])
         for retry in range(TRANSIENT_RETRIES + 1):
             if retry:
                 self._sleep(self.retry_base_s * 2 ** (retry - 1))
             try:
                 response = self._run(ctx, request, profile_is_new)
+                ledger.returned(ctx.region, (i["InstanceId"] for i in
+                                             response.get("Instances", [])))
                 break
             except ClientError as exc:
                 code, message = error_code(exc), error_message(exc)
                 if code in CAPACITY_CODES:
-                    self._rollback(ctx, plan)
+                    self._rollback(ctx, plan, request["ClientToken"])
                     raise AttemptFailed(code, message) from exc
                 if code in QUOTA_CODES:
-                    self._rollback(ctx, plan)
+                    self._rollback(ctx, plan, request["ClientToken"])
                     raise AttemptFailed(code, message + " (request a quota increase in the "
                                         "Service Quotas console)", skip_region=True) from exc
                 if code in TRANSIENT_CODES or http_status(exc) >= 500:
                     last = f"{code}: {message}"
                     continue
-                self._rollback(ctx, plan)
+                self._rollback(ctx, plan, request["ClientToken"])
                 waited = (f" (EC2 still refused the task's new instance profile after "
                           f"{PROFILE_RETRIES + 1} tries over "
                           f"{PROFILE_RETRIES * self.profile_retry_s:g}s; retry the launch)"
@@ -261,13 +331,14 @@ class GangLauncher:
             except (BotoConnError, BotoCoreError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-        if response is None:
-            self._rollback(ctx, plan)  # a lost response may still have started instances
+        if response is None:  # a lost response may still have started instances
+            self._rollback(ctx, plan, request["ClientToken"])
             raise AttemptFailed("RetriesExhausted", f"{TRANSIENT_RETRIES + 1} tries with "
                                 f"ClientToken {request['ClientToken']}, last: {last}")
         instances = [i for i in response.get("Instances", []) if _alive(i)]
         if len(instances) < required:
-            self._rollback(ctx, plan)
+            self._rollback(ctx, plan, request["ClientToken"],
+                           [i["InstanceId"] for i in response.get("Instances", [])])
             raise AttemptFailed("PartialGang", f"got {len(instances)} of the {required} "
                                 "instances asked for; terminated them")
         return instances
@@ -288,8 +359,14 @@ class GangLauncher:
         response = ctx.ec2_launch.run_instances(**request)
         return response
 
-    def _rollback(self, ctx: RegionContext, plan: AttemptPlan) -> None:
-        terminate_tagged(ctx.ec2, plan.task_id, plan.attempt, plan.replacement)
+    def _rollback(self, ctx: RegionContext, plan: AttemptPlan, token: str,
+                  returned: list[str] | None = None) -> None:
+        """Terminate what this attempt started (never the running gang of a replacement):
+        the ids EC2 returned, what its token started, what carries its tags."""
+        ec2 = ctx.ec2
+        ids = list(dict.fromkeys((returned or []) + alive_by_token(ec2, [token])))
+        terminate_ids(ec2, ids)
+        terminate_tagged(ec2, plan.task_id, plan.attempt, plan.replacement)
 
 
 def _profile_not_ready(exc: ClientError) -> bool:
@@ -328,11 +405,14 @@ class Failover:
 
 def failover(candidates: Iterable[Try], plan_for: Callable[[int, Try], AttemptPlan],
              launcher: GangLauncher, max_attempts: int, profile_is_new: bool,
-             attempts: list[Attempt] | None = None) -> Failover:
+             attempts: list[Attempt] | None = None,
+             ledger: LaunchLedger | None = None) -> Failover:
     """Try ``candidates`` in order, at most ``max_attempts`` requests, until one starts its
     instances (``launched``). A capacity error moves on; a quota error also skips the rest of
     its try's group. ``plan_for(number, try)`` builds the request of attempt ``number``; the
-    gang and the replacement launch both run this one loop. Other errors propagate."""
+    gang and the replacement launch both run this one loop. Other errors propagate.
+    ``ledger`` collects every request's token and every answer's ids, so that whoever
+    called can roll back an interrupted failover."""
     result = Failover(attempts if attempts is not None else [])
     skipped: set[Hashable] = set()
     pending = iter(candidates)
@@ -345,7 +425,7 @@ def failover(candidates: Iterable[Try], plan_for: Callable[[int, Try], AttemptPl
         result.tries += 1
         plan = plan_for(result.tries, candidate)
         try:
-            instances = launcher.try_launch(candidate.ctx, plan, profile_is_new)
+            instances = launcher.try_launch(candidate.ctx, plan, profile_is_new, ledger)
         except AttemptFailed as failed:
             result.attempts.append(Attempt(result.tries, candidate.offer, candidate.zone,
                                            failed.code, failed.message))

@@ -6,8 +6,9 @@ all; a minimal create/describe/delete responder), the Deep Learning AMI's public
 (reserved names cannot be put; it is published into the backend the way moto publishes the
 Amazon Linux ones), capacity errors (raised from the backend as HTTP 500, as AWS does), the
 instance profile of every instance of a launch (moto associates it with the first one only),
-and S3's ExpectedBucketOwner (moto ignores it; S3 answers 403 AccessDenied when another
-account owns the bucket).
+S3's ExpectedBucketOwner (moto ignores it; S3 answers 403 AccessDenied when another
+account owns the bucket), and DescribeInstances' ``client-token`` filter (moto keeps the
+token but cannot filter on it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import copy
 import datetime
 import json
 import socket
+import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -30,6 +32,7 @@ import boto3
 import pytest
 from moto.core.responses import ActionResult
 from moto.ec2.models.instances import InstanceBackend
+from moto.ec2 import utils as moto_ec2_utils
 from moto.ec2.responses import EC2Response
 from moto.s3.exceptions import S3AccessDeniedError
 from moto.s3.models import s3_backends
@@ -355,9 +358,12 @@ class Ec2HttpError(HTTPException):
         return [("Content-Type", "text/xml")]
 
 
+HOLD_MAX_S = 300.0  # a held answer is sent at the latest after this long
+
+
 @dataclass
 class _Rule:
-    kind: str  # "capacity" | "partial" | "lose" | "transient"
+    kind: str  # "capacity" | "partial" | "lose" | "transient" | "hold"
     instance_type: str | None
     zone: str | None
     region: str | None
@@ -367,6 +373,7 @@ class _Rule:
     launched: int = 0
     market: str | None = None  # "spot" | "on-demand"
     message: str | None = None  # None: EC2's capacity message
+    untagged: bool = False  # "hold": the instances are not listed by tag (yet)
 
     def matches(self, region: str, zone: str, instance_type: str, market: str) -> bool:
         return ((self.instance_type is None or self.instance_type == instance_type)
@@ -382,6 +389,9 @@ class Ec2Faults:
 
     rules: list[_Rule] = field(default_factory=list)
     seen: list[tuple[str, str, str]] = field(default_factory=list)  # (region, zone, type)
+    holding: threading.Event = field(default_factory=threading.Event)  # a "hold" began
+    release: threading.Event = field(default_factory=threading.Event)  # held answers go out
+    held: list[str] = field(default_factory=list)  # ids of the instances held answers started
 
     def capacity(self, *, instance_type: str | None = None, zone: str | None = None,
                  region: str | None = None, market: str | None = None,
@@ -411,6 +421,12 @@ class Ec2Faults:
             "transient", None, None, None, "InvalidParameterValue", 400, times,
             message="Value (flow-task-x) for parameter iamInstanceProfile.name is invalid. "
                     "Invalid IAM Instance Profile name"))
+    def hold(self, *, times: int = 1, untagged: bool = False) -> None:
+        """moto starts the instances, sets ``holding``, and answers only once ``release`` is
+        set: the caller is left waiting on a request that EC2 has carried out. ``untagged``:
+        the instances carry no tags, as when EC2 has not yet listed a new gang by tag."""
+        self.rules.append(_Rule("hold", None, None, None, "", 200, times, untagged=untagged))
+
 
 
 S3_RESPONDERS = ("_bucket_response", "_key_response")  # every bucket and object request
@@ -445,6 +461,15 @@ def faulty_run_instances(faults: Ec2Faults) -> Callable[..., Any]:
             if rule.kind == "lose":
                 original(self, image_id, count, user_data, security_group_names, **kwargs)
                 raise Ec2HttpError(rule.code, "An internal error has occurred.", rule.status)
+            if rule.kind == "hold":
+                if rule.untagged:
+                    kwargs = {**kwargs, "tags": {}}
+                reservation = original(self, image_id, count, user_data, security_group_names,
+                                       **kwargs)
+                faults.held.extend(i.id for i in reservation.instances)
+                faults.holding.set()
+                faults.release.wait(HOLD_MAX_S)
+                return reservation
         return original(self, image_id, count, user_data, security_group_names, **kwargs)
 
     return run_instances
@@ -494,18 +519,21 @@ def moto_gaps() -> Iterator[None]:
     _gaps_users[0] += 1
     original = EC2Response.run_instances
     s3_originals = {name: getattr(S3Response, name) for name in S3_RESPONDERS}
+    filters = moto_ec2_utils.filter_dict_attribute_mapping
     if _gaps_users[0] == 1:
         for name, fn in PLACEMENT_GROUP_ACTIONS.items():
             setattr(EC2Response, name, fn)
         setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
         for name, fn in s3_originals.items():
             setattr(S3Response, name, bucket_owner_checked(fn))
+        filters["client-token"] = "client_token"
     try:
         yield
     finally:
         _gaps_users[0] -= 1
         if _gaps_users[0] == 0:
             setattr(EC2Response, "run_instances", original)  # noqa: B010
+            filters.pop("client-token", None)
             for name in PLACEMENT_GROUP_ACTIONS:
                 delattr(EC2Response, name)
             for name, fn in s3_originals.items():

@@ -100,6 +100,16 @@ def test_on_demand_ethernet_request_with_min_instances() -> None:
     assert req["BlockDeviceMappings"][0]["DeviceName"] == "/dev/sda1"
 
 
+@pytest.mark.parametrize(("image", "hops"), [(None, 1), ("nvcr.io/nvidia/pytorch:24.05-py3", 2)])
+def test_imds_tokens_reach_a_container_only_when_the_task_runs_in_its_image(
+        image: str | None, hops: int) -> None:
+    task_spec = spec(gpu="a10g:1", priority="high", image=image)
+    req = run_instances_request(plan_for(task_spec, market="on-demand", efa=False,
+                                         gpu_offer="g5.xlarge"))
+    assert req["MetadataOptions"] == {"HttpTokens": "required", "HttpEndpoint": "enabled",
+                                      "HttpPutResponseHopLimit": hops}
+
+
 def test_spot_without_a_cap_leaves_max_price_to_aws() -> None:
     task_spec = spec(gpu="t4:1", priority="low")
     offer = find_offers(task_spec.gpu, regions=["us-east-1"], markets=["spot"])[0]

@@ -87,6 +87,12 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
+def _gc_failed(reports: list[dict[str, Any]], name: str, exc: FlowError, as_json: bool) -> None:
+    reports.append({"provider": name, "error": str(exc)})
+    if not as_json:
+        click.echo(f"{name}: {exc}", err=True)
+
+
 @main.command()
 @click.option("--provider", "providers", multiple=True,
               help="Only this provider (repeatable). Default: local and every provider "
@@ -114,9 +120,7 @@ def gc(providers: tuple[str, ...], dry_run: bool, older_than_s: float | None,
             report = backend.gc(dry_run=dry_run)
         except FlowError as exc:
             failed = True
-            reports.append({"provider": name, "error": str(exc)})
-            if not as_json:
-                click.echo(f"{name}: {exc}", err=True)
+            _gc_failed(reports, name, exc, as_json)
             continue
         reports.append({"provider": name, **dataclasses.asdict(report)})
         if not as_json:
@@ -126,9 +130,7 @@ def gc(providers: tuple[str, ...], dry_run: bool, older_than_s: float | None,
                 objects = remove_finished_tasks(backend.store, older_than_s, dry_run=dry_run)
             except FlowError as exc:
                 failed = True
-                reports.append({"provider": name, "error": str(exc)})
-                if not as_json:
-                    click.echo(f"{name}: {exc}", err=True)
+                _gc_failed(reports, name, exc, as_json)
                 continue
             reports.append({"provider": name, "objects": dataclasses.asdict(objects)})
             if not as_json:

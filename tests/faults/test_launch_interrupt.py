@@ -32,7 +32,6 @@ from aws_moto_world import (  # noqa: E402
     faulty_run_instances,
     fresh_world,
     moto_gaps,
-    placement_groups,
 )
 from flow_testing import moto_server, processes_with_env  # noqa: E402
 from moto.ec2.models.instances import InstanceBackend  # noqa: E402
@@ -81,16 +80,7 @@ def ec2_faults(monkeypatch: pytest.MonkeyPatch) -> Iterator[Ec2Faults]:
 
 def leftovers(aws: AwsWorld) -> list[str]:
     """Everything a launch creates that is still there, in every test region."""
-    found = []
-    for region in REGIONS:
-        ec2 = aws.client("ec2", region)
-        found += [f"{region} instance {i}" for i in aws.non_terminated(region)]
-        found += [f"{region} security group {g['GroupName']}"
-                  for g in ec2.describe_security_groups()["SecurityGroups"]
-                  if g["GroupName"] != "default"]
-        found += [f"{region} key pair {k['KeyName']}"
-                  for k in ec2.describe_key_pairs()["KeyPairs"]]
-        found += [f"{region} placement group {name}" for name in placement_groups(region)]
+    found = [item for region in REGIONS for item in aws.launch_leftovers(region)]
     if keys_dir().is_dir():
         found += [f"key file {p.name}" for p in keys_dir().iterdir()]
     return found

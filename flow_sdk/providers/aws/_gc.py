@@ -86,23 +86,13 @@ def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None
     """Reclaim, in every launch region of the provider, what no live task of its store owns,
     and stop what the node runtime still runs for ended tasks."""
     report = GcReport("aws", dry_run=dry_run)
-    now = time.time() if now is None else now
+    judge = _Judge(nodes, report, time.time() if now is None else now)
     mine = nodes.store_tag
-    verdicts: dict[str, str | None] = {}
 
     def reclaim(resource: dict[str, Any]) -> bool:
         if tag_value(resource, TAG_STORE) != mine:
             return False  # another flow installation's (or not flow's): never touched
-        task_id = tag_value(resource, TAG_TASK) or ""
-        if task_id not in verdicts:
-            verdicts[task_id] = task_verdict(nodes.store, task_id, now)
-        verdict = verdicts[task_id]
-        if verdict is None:
-            if task_id not in report.live_tasks:
-                report.live_tasks.append(task_id)
-            return False
-        report.reasons[task_id] = verdict
-        return True
+        return judge.ended(tag_value(resource, TAG_TASK) or "")
 
     try:
         for region in nodes.cfg.launch_regions:
@@ -125,32 +115,43 @@ def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None
             report.deleted.extend(done.deleted)
             report.deferred.extend(done.deferred)
         if nodes.cfg.instance_profile is None:  # a user-named profile: not flow's to delete
-            _reclaim_roles(nodes, report, verdicts, now, dry_run)
+            _reclaim_roles(nodes, report, judge, dry_run)
     except (ClientError, BotoCoreError) as exc:
         raise ProviderError(f"flow gc stopped: {exc}; what it reclaimed so far: "
                             f"{report.terminated_instances + report.deleted}") from exc
     for task_id in nodes.runtime.tasks():
-        if task_id not in verdicts:
-            verdicts[task_id] = task_verdict(nodes.store, task_id, now)
-        if verdicts[task_id] is not None and not dry_run:
+        if judge.ended(task_id) and not dry_run:
             report.stopped_processes.extend(nodes.runtime.stop(task_id))
     report.live_tasks.sort()
     return report
 
 
-def _reclaim_roles(nodes: AwsNodes, report: GcReport, verdicts: dict[str, str | None],
-                   now: float, dry_run: bool) -> None:
+class _Judge:
+    """Each task's verdict (``task_verdict``), asked of the store once per task; the report
+    gets the reason of every ended task and the id of every live one."""
+
+    def __init__(self, nodes: AwsNodes, report: GcReport, now: float) -> None:
+        self.nodes, self.report, self.now = nodes, report, now
+        self.verdicts: dict[str, str | None] = {}
+
+    def ended(self, task_id: str) -> bool:
+        if task_id not in self.verdicts:
+            self.verdicts[task_id] = task_verdict(self.nodes.store, task_id, self.now)
+        verdict = self.verdicts[task_id]
+        if verdict is None:
+            if task_id not in self.report.live_tasks:
+                self.report.live_tasks.append(task_id)
+            return False
+        self.report.reasons[task_id] = verdict
+        return True
+
+
+def _reclaim_roles(nodes: AwsNodes, report: GcReport, judge: _Judge, dry_run: bool) -> None:
     """Delete the node roles of this store's tasks that ended (their S3 mount grants go with
     them)."""
     for name, task_id in sorted(task_roles(nodes.iam, nodes.store_tag).items()):
-        if task_id not in verdicts:
-            verdicts[task_id] = task_verdict(nodes.store, task_id, now)
-        verdict = verdicts[task_id]
-        if verdict is None:
-            if task_id not in report.live_tasks:
-                report.live_tasks.append(task_id)
+        if not judge.ended(task_id):
             continue
-        report.reasons[task_id] = verdict
         if dry_run:
             report.deleted.append(f"IAM role {name} (task {task_id})")
         else:

@@ -124,10 +124,10 @@ class Instance:
         self.log.write(f"{time.strftime('%H:%M:%S')} {self.spec.instance_id}: {text}\n")
 
     def power_off_at(self) -> float | None:
-        try:
-            return float(self.poweroff.read_text().strip() or "0")
-        except FileNotFoundError:
+        """When the node asked to power off (the ``shutdown`` shim), or None."""
+        if not self.poweroff.exists():
             return None
+        return float(self.poweroff.read_text().strip() or "0")
 
     def run(self) -> int:
         imds = ImdsEmulator({"instance-id": self.spec.instance_id,
@@ -147,6 +147,19 @@ class Instance:
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     env={**os.environ, INSTANCE_ENV: self.spec.tag})
         self.say(f"booting (user-data as pid {boot.pid})")
+        try:
+            self._watch(boot)
+        finally:  # however the watch ends, nothing of the instance keeps running
+            self.stop_processes()
+            detach_devices(self.node)
+            boot.wait()
+            imds.stop()
+            self.say("powered off")
+        return 0
+
+    def _watch(self, boot: subprocess.Popen[bytes]) -> None:
+        """Until the node powers itself off (then EC2 terminates it) or the instance is
+        terminated through the API (SIGTERM): attach EBS volumes as EC2 reports them."""
         reported = False
         next_attach = 0.0
         while not self.stopped:
@@ -157,17 +170,11 @@ class Instance:
             at = self.power_off_at()
             if at is not None and time.time() >= at:
                 self.terminate()
-                break
+                return
             if not reported and boot.poll() is not None:
                 self.say(f"user-data exited with code {boot.returncode}")
                 reported = True
             time.sleep(_POLL_S)
-        self.stop_processes()
-        detach_devices(self.node)
-        boot.wait()
-        imds.stop()
-        self.say("powered off")
-        return 0
 
     def terminate(self) -> None:
         """What the OS's power-off does to an instance launched with shutdown behaviour

@@ -276,20 +276,28 @@ class AwsWorld:
         return [i["InstanceId"] for i in self.instances(region)
                 if i["State"]["Name"] not in ("terminated", "shutting-down")]
 
+    def launch_leftovers(self, region: str) -> list[str]:
+        """What a launch creates in ``region`` that is still there: instances not terminated,
+        security groups (besides the default ones), key pairs, placement groups."""
+        ec2 = self.client("ec2", region)
+        found = [f"{region} instance {i}" for i in self.non_terminated(region)]
+        found += [f"{region} security group {g['GroupName']}"
+                  for g in ec2.describe_security_groups()["SecurityGroups"]
+                  if g["GroupName"] != "default"]
+        found += [f"{region} key pair {k['KeyName']}"
+                  for k in ec2.describe_key_pairs()["KeyPairs"]]
+        found += [f"{region} placement group {name}" for name in placement_groups(region)]
+        return found
+
     def created_anything(self) -> list[str]:
-        """Whatever flow could have created, in every test region: instances, security
-        groups (besides the default ones), key pairs, placement groups, objects, log groups,
-        IAM roles and instance profiles. Empty for an untouched world."""
+        """Whatever flow could have created, in every test region: instances (terminated ones
+        too), security groups (besides the default ones), key pairs, placement groups,
+        objects, log groups, IAM roles and instance profiles. Empty for an untouched world."""
         found = []
         for region in REGIONS:
-            ec2 = self.client("ec2", region)
-            found += [f"{region} instance {i['InstanceId']}" for i in self.instances(region)]
-            found += [f"{region} security group {g['GroupName']}"
-                      for g in ec2.describe_security_groups()["SecurityGroups"]
-                      if g["GroupName"] != "default"]
-            found += [f"{region} key pair {k['KeyName']}"
-                      for k in ec2.describe_key_pairs()["KeyPairs"]]
-            found += [f"{region} placement group {name}" for name in placement_groups(region)]
+            found += [f"{region} instance {i['InstanceId']}" for i in self.instances(region)
+                      if i["InstanceId"] not in self.non_terminated(region)]
+            found += self.launch_leftovers(region)
             found += [f"{region} log group {g['logGroupName']}"
                       for g in self.client("logs", region).describe_log_groups()["logGroups"]]
         found += [f"object {o['Key']}" for o in self.client("s3").list_objects_v2(

@@ -19,6 +19,7 @@ from aws_moto_world import BUCKET, AwsWorld
 from flow_testing import wait_until
 
 from flow_sdk import FlowApp, TaskFailedError, TaskStatus, ValidationError, sdkwheel
+from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._siminstance import INSTANCE_ENV
 
@@ -277,3 +278,16 @@ def test_a_blank_ebs_volume_flow_did_not_create_is_never_formatted(aws: AwsWorld
     with pytest.raises(TaskFailedError, match="was not formatted"):
         fn.remote("x")
     assert aws.non_terminated() == []
+
+
+@pytest.mark.parametrize(("settings", "named"), [
+    ({"minute_s": 0}, "minute_s"), ({"minute_s": True}, "minute_s"),
+    ({"boot_delay_s": [0, -1]}, "boot_delay_s"), ({"boot_delay_s": "60"}, "boot_delay_s"),
+    ({"wheelhouse": ""}, "wheelhouse"), ({"python": "python3"}, "simulate.python"),
+    ({"speed": 2}, "unknown keys ['speed']"),
+])
+def test_bad_simulate_settings_name_the_setting(aws: AwsWorld, settings: dict[str, Any],
+                                                named: str) -> None:
+    with pytest.raises(ProviderError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        aws.provider(simulate={"root": str(aws.sim_root), **settings})
+    assert aws.instances() == []

@@ -119,8 +119,8 @@ def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None
     except (ClientError, BotoCoreError) as exc:
         raise ProviderError(f"flow gc stopped: {exc}; what it reclaimed so far: "
                             f"{report.terminated_instances + report.deleted}") from exc
-    for task_id in nodes.runtime.tasks():
-        if judge.ended(task_id) and not dry_run:
+    for task_id in nodes.runtime.tasks():  # what the runtime still runs for ended tasks
+        if judge.verdict(task_id) is not None and not dry_run:
             report.stopped_processes.extend(nodes.runtime.stop(task_id))
     report.live_tasks.sort()
     return report
@@ -134,10 +134,15 @@ class _Judge:
         self.nodes, self.report, self.now = nodes, report, now
         self.verdicts: dict[str, str | None] = {}
 
-    def ended(self, task_id: str) -> bool:
+    def verdict(self, task_id: str) -> str | None:
+        """Why the task's leftovers may go, or None while it lives."""
         if task_id not in self.verdicts:
             self.verdicts[task_id] = task_verdict(self.nodes.store, task_id, self.now)
-        verdict = self.verdicts[task_id]
+        return self.verdicts[task_id]
+
+    def ended(self, task_id: str) -> bool:
+        """Whether what the task left may go; the report says why, or that it lives."""
+        verdict = self.verdict(task_id)
         if verdict is None:
             if task_id not in self.report.live_tasks:
                 self.report.live_tasks.append(task_id)

@@ -13,6 +13,14 @@ import pytest
 from flow_testing import processes_with_env, wait_until  # noqa: F401  (re-exported)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A runner started in the background by a shell without job control inherits SIGINT
+    ignored, and so would every process a test starts: the Ctrl-C tests would then test
+    nothing. Give SIGINT its usual meaning for this run and its children."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(autouse=True)
 def flow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "flow-home"

@@ -151,13 +151,13 @@ _MOUNT_FUNCTION = """flow_mount_ebs() {  # volume id, device, mount path, fresh|
     tries=0
     until blkid "$dev" >/dev/null 2>&1; do
       tries=$((tries + 1))
-      if [ "$tries" -ge 10 ]; then
+      if [ "$tries" -ge 8 ]; then
         echo "flow bootstrap: EBS volume $1 has no file system that blkid can read, and flow" \\
           "did not create it blank (no flow:formatted=false tag), so it may hold data: it" \\
           "was not formatted; format it yourself, or use a volume flow creates" >&2
         return 1
       fi
-      sleep 2
+      sleep 1
     done
   fi
   mkdir -p "$3"

@@ -173,8 +173,8 @@ print(task.task_id, flush=True)
 
 def test_the_runtime_cap_timer_terminates_the_instance_with_the_caller_gone(
         aws: AwsWorld, tmp_path: Path) -> None:
-    # 1 h cap + 10 min grace = a 70-minute power-off timer; 0.25 s minutes make it 17.5 s
-    config = aws.config(simulate={"root": str(aws.sim_root), "minute_s": 0.25})
+    # 1 h cap + 10 min grace = a 70-minute power-off timer; 0.15 s minutes make it 10.5 s
+    config = aws.config(simulate={"root": str(aws.sim_root), "minute_s": 0.15})
     script = tmp_path / "caller.py"
     script.write_text(_CALLER)
     caller = subprocess.run([sys.executable, str(script), json.dumps(config)],

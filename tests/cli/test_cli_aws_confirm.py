@@ -1,6 +1,6 @@
 """A launch that costs money shows its plan and asks first, on a terminal (a real pty):
 answering no launches nothing; --yes launches at once. The cloud is the simulated aws one
-(moto over HTTP, instances played by local agent processes): the aws tests' own fixtures."""
+(moto over HTTP, instances booted through the real bootstrap): the aws tests' own fixtures."""
 
 from __future__ import annotations
 

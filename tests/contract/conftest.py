@@ -1,5 +1,5 @@
 """The providers the contract suite runs against: ``local``, and ``aws`` as the simulated cloud
-(a moto server over HTTP on 127.0.0.1 whose instances are played by local agent processes).
+(a moto server over HTTP on 127.0.0.1 whose instances boot through the real node bootstrap).
 
 A third provider proves itself by adding a parameter to ``contract`` that yields its
 ``Contract`` (name and provider_config) and passing ``test_provider_contract.py``.

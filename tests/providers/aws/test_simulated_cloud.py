@@ -1,6 +1,6 @@
 """The simulated cloud: a whole ``.remote()`` through ``provider="aws"`` over real boto3/HTTP.
 
-moto's instances boot on this machine through the real bootstrap: launch (run_instances), discovery
+moto's instances boot here through the real bootstrap: launch (run_instances), discovery
 (describe_instances), payload from S3, rendezvous, a real gloo all-reduce, results to S3, logs
 to CloudWatch, teardown. The same function on ``provider="local"`` must give the same result.
 Node replacement under ``max_restarts``: a node's agent killed with SIGKILL is replaced by a

@@ -93,6 +93,16 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
+def results_or_cancel(task: Any, timeout: float) -> list[Any]:
+    """Every rank's result; a task still running when that fails (a timeout, an error) is
+    cancelled, so no test leaves its nodes behind."""
+    try:
+        return list(task.results(timeout=timeout))
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()
+
+
 # -- the local provider's nodes, as its records on disk describe them -------------------------
 
 

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import pytest
+from flow_testing import results_or_cancel
 from contract_helpers import Contract
 
 from flow_sdk import TaskStatus, protocol, signing
@@ -22,11 +23,7 @@ def _where_am_i() -> dict[str, Any]:
 def test_nodes_take_their_ranks_from_the_launchers_record(contract: Contract) -> None:
     task = contract.app("pushed").function(num_instances=2, priority="high")(
         _where_am_i).spawn()
-    try:
-        results = task.results(timeout=180)
-    finally:
-        if not task.status.is_terminal:
-            task.cancel()
+    results = results_or_cancel(task, 180)
     assert task.status is TaskStatus.SUCCEEDED
     signed = signing.SignedStore(task.provider.store, signing.load_task_secret(task.task_id))
     raw = signed.get_record(protocol.membership_key(task.task_id, 0))

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from aws_moto_world import BUCKET, AwsWorld
-from flow_testing import wait_until
+from flow_testing import results_or_cancel, wait_until
 
 from flow_sdk import FlowApp, TaskFailedError, TaskStatus, ValidationError, sdkwheel
 from flow_sdk.errors import ProviderError
@@ -83,11 +83,7 @@ def test_two_nodes_boot_the_callers_sdk_by_digest_even_60s_apart_and_match_local
     fn = _sim(aws, boot_delay_s=[0, 60]).function(num_instances=2, priority="high")(_whoami)
     started = time.monotonic()
     task = fn.spawn(1000)
-    try:
-        results = task.results(timeout=300)
-    finally:
-        if not task.status.is_terminal:
-            task.cancel()
+    results = results_or_cancel(task, 300)
     assert task.status is TaskStatus.SUCCEEDED
     assert time.monotonic() - started >= 60
     mine = package_digest()
@@ -223,11 +219,7 @@ def test_an_efs_volume_is_shared_by_two_nodes_and_an_s3_mount_is_read_only(
         volumes={"/shared/ckpt": {"name": "ckpt", "size_gb": 5, "interface": "file"}},
         mounts={"/data/train": "s3://datasets/train"})(_share)
     task = fn.spawn("/data/train/part-0.txt")
-    try:
-        results = task.results(timeout=240)
-    finally:
-        if not task.status.is_terminal:
-            task.cancel()
+    results = results_or_cancel(task, 240)
     assert task.status is TaskStatus.SUCCEEDED, task.logs()
     for r in results:
         assert r["seen"] == ["from-0", "from-1"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from aws_moto_world import BUCKET, AwsWorld, Wire
-from flow_testing import wait_until
+from flow_testing import results_or_cancel, wait_until
 
 from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, protocol
 from flow_sdk.protocol import LaunchRecord
@@ -55,11 +55,7 @@ def test_two_nodes_two_workers_gloo_on_simulated_aws_matches_local(aws: AwsWorld
                   provider_config=aws.config(simulate={"root": str(aws.sim_root)}))
     on_aws = sim.function(num_instances=2, workers_per_node=2, priority="high")(_allreduce)
     task = on_aws.spawn()
-    try:
-        results = task.results(timeout=150)
-    finally:
-        if not task.status.is_terminal:
-            task.cancel()
+    results = results_or_cancel(task, 150)
     assert task.status is TaskStatus.SUCCEEDED
     assert task.result() == results[0]
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import botocore.client
 import pytest
+from flow_testing import results_or_cancel
 from aws_moto_world import AwsWorld
 from moto.ec2.responses.instances import InstanceResponse
 
@@ -45,11 +46,7 @@ def test_simulated_nodes_make_no_describe_instances_for_discovery(
     sim = FlowApp("sim", provider="aws",
                   provider_config=aws.config(simulate={"root": str(aws.sim_root)}))
     task = sim.function(num_instances=2, priority="high")(_node).spawn()
-    try:
-        results = task.results(timeout=150)
-    finally:
-        if not task.status.is_terminal:
-            task.cancel()
+    results = results_or_cancel(task, 150)
     assert task.status is TaskStatus.SUCCEEDED and results == [0, 1]
     # the client's own describes (launch, status) reach the counted handler too
     assert counts["server"] >= counts["client"] > 0

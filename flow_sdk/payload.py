@@ -17,7 +17,10 @@ import io
 import sys
 import sysconfig
 import types
-from collections.abc import Callable, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +81,39 @@ def loads(data: bytes) -> Any:
     return cloudpickle.loads(body)
 
 
-class _OwnModules(cloudpickle.Pickler):
-    """A pickling pass that only notes which of the caller's own modules the object uses:
-    modules it refers to (``import mylib; mylib.f()``) and those its functions and classes
-    come from (``from mylib import f``)."""
+CodeOrigins = dict[tuple[str, int], str]
+"""(function name, first line) -> the file on the caller's machine, for every code object a
+call ships by value. Newer cloudpickle releases rename those files ``<dynamic-code>``; this is
+how a remote traceback still names the caller's file (``flow_sdk.tracebacks``)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a task's payload holds: the function, its arguments and where its code came from."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    origins: CodeOrigins
+
+
+class _Scan(cloudpickle.Pickler):
+    """A pickling pass whose bytes are thrown away. It notes which of the caller's own modules
+    the object uses (modules it refers to, ``import mylib; mylib.f()``, and those its functions
+    and classes come from, ``from mylib import f``) and the file of every code object that
+    pickles by value."""
 
     def __init__(self, file: io.BytesIO) -> None:
-        super().__init__(file, protocol=5)
         self.modules: dict[str, types.ModuleType] = {}
+        self.origins: CodeOrigins = {}
+        # Read by the C pickler when it is created, so it is set before that.
+        self.dispatch_table = ChainMap({types.CodeType: self._note_code},
+                                       cloudpickle.Pickler.dispatch_table)
+        super().__init__(file, protocol=5)
+
+    def _note_code(self, code: types.CodeType) -> Any:
+        self.origins[(code.co_name, code.co_firstlineno)] = code.co_filename
+        return cloudpickle.Pickler.dispatch_table[types.CodeType](code)
 
     def reducer_override(self, obj: Any) -> Any:
         module: types.ModuleType | None = None
@@ -113,32 +141,28 @@ def _included(names: Sequence[str]) -> list[types.ModuleType]:
     return found
 
 
-def _own_modules(call: Any, fn: Callable[..., Any]) -> dict[str, types.ModuleType]:
-    """Every module of the caller's own code the call reaches, also through the modules that
-    travel by value (scanned again until no new one turns up)."""
-    modules: dict[str, types.ModuleType] = {}
-    registered: list[types.ModuleType] = []
+@contextmanager
+def _by_value(modules: Iterable[types.ModuleType]) -> Iterator[None]:
+    """Pickle ``modules`` by value inside the block (those already registered stay so)."""
+    already = set(cloudpickle.list_registry_pickle_by_value())
+    added = [m for m in modules if m.__name__ not in already]
+    for module in added:
+        cloudpickle.register_pickle_by_value(module)
     try:
-        while True:
-            scan = _OwnModules(io.BytesIO())
-            try:
-                scan.dump(call)
-            except Exception as exc:  # pickling runs arbitrary __reduce__ code: any error
-                raise PayloadError(f"cannot serialize the call of "
-                                   f"{getattr(fn, '__name__', fn)!r}: {exc}. Pass only "
-                                   "picklable arguments.") from exc
-            new = {n: m for n, m in scan.modules.items() if n not in modules}
-            if not new:
-                return modules
-            modules.update(new)
-            already = set(cloudpickle.list_registry_pickle_by_value())
-            for module in new.values():
-                if module.__name__ not in already:
-                    cloudpickle.register_pickle_by_value(module)
-                    registered.append(module)
+        yield
     finally:
-        for module in registered:
+        for module in added:
             cloudpickle.unregister_pickle_by_value(module)
+
+
+def _scan(call: Any, fn: Callable[..., Any]) -> _Scan:
+    try:
+        scan = _Scan(io.BytesIO())
+        scan.dump(call)
+    except Exception as exc:  # pickling runs arbitrary __reduce__ code: any error
+        raise PayloadError(f"cannot serialize the call of {getattr(fn, '__name__', fn)!r}: "
+                           f"{exc}. Pass only picklable arguments.") from exc
+    return scan
 
 
 def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -146,17 +170,27 @@ def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     """The envelope for one call of ``fn``. The caller's own modules (files outside the
     installed environment: neither the standard library nor site-packages) that the call
     reaches travel by value, since nodes do not have the caller's source tree: functions and
-    classes from them, and modules used by name (``import mylib; mylib.f()``). ``include``
+    classes from them, and modules used by name (``import mylib; mylib.f()``), also through
+    the modules that travel by value (scanned again until no new one turns up). ``include``
     names more modules to ship by value (e.g. an installed package the nodes lack)."""
     call = (fn, args, kwargs)
     modules = {m.__name__: m for m in _included(include)}
-    modules.update(_own_modules(call, fn))
-    already = set(cloudpickle.list_registry_pickle_by_value())
-    added = [m for name, m in modules.items() if name not in already]
-    for module in added:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return dumps(call)
-    finally:
-        for module in added:
-            cloudpickle.unregister_pickle_by_value(module)
+    with ExitStack() as registered:
+        registered.enter_context(_by_value(modules.values()))
+        while True:
+            scan = _scan(call, fn)
+            new = [m for name, m in scan.modules.items() if name not in modules]
+            if not new:
+                break
+            modules.update((m.__name__, m) for m in new)
+            registered.enter_context(_by_value(new))
+        return dumps(Call(fn, args, kwargs, scan.origins))
+
+
+def unpack_call(blob: bytes) -> Call:
+    """The call in an envelope made by :func:`pack_call` (its digest checked first)."""
+    call = loads(blob)
+    if not isinstance(call, Call):
+        raise PayloadError(f"the payload holds a {type(call).__name__}, not a call; refusing "
+                           "to run it")
+    return call

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
-from flow_sdk import payload, protocol, signing
+from flow_sdk import payload, protocol, signing, tracebacks
 from flow_sdk import ssh as _ssh
 from flow_sdk._config import flow_home
 from flow_sdk.errors import (
@@ -249,14 +249,17 @@ class Task:
             raw = self.store.get_blob(protocol.error_key(self.task_id, outcome.rank))
             if raw is not None:
                 info = payload.loads(raw)
+                # Rendered here, where the caller's source files are ("traceback": the node's).
+                remote = (tracebacks.render(info["captured"]) if "captured" in info
+                          else info["traceback"])
                 where = f"raised on node {outcome.node}, rank {outcome.rank} of task {self.task_id}"
                 exc = info.get("exception")
                 if isinstance(exc, BaseException):
                     if hasattr(exc, "add_note"):
                         exc.add_note(where)
-                    exc.__cause__ = RemoteTraceback(info["traceback"])
+                    exc.__cause__ = RemoteTraceback(remote)
                     return exc
-                text = f"{info['type']}: {info['message']} ({where})\n{info['traceback']}"
+                text = f"{info['type']}: {info['message']} ({where})\n{remote}"
         return TaskFailedError(text, task_id=self.task_id, node=outcome.node, rank=outcome.rank,
                                exit_code=outcome.exit_code, signal_name=outcome.signal_name,
                                log_tail=outcome.log_tail)

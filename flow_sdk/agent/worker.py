@@ -11,12 +11,12 @@ import ctypes
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
-from flow_sdk import payload
+from flow_sdk import payload, tracebacks
 from flow_sdk.errors import PayloadError
+from flow_sdk.payload import CodeOrigins
 
 _PR_SET_PDEATHSIG = 1
 DEFAULT_MAX_RESULT_BYTES = 1 << 30  # results travel through the object store; 1 GiB at most
@@ -38,11 +38,17 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def _error_blob(exc: BaseException) -> bytes:
+def _error_blob(exc: BaseException, origins: CodeOrigins) -> bytes:
+    """The error file: the exception (when it pickles), its traceback as data for the caller
+    to render with its own source (``captured``), and as this node renders it."""
+    captured = tracebacks.capture(exc, origins)
+    text = tracebacks.render(captured)
+    print(text, end="", file=sys.stderr)
     info: dict[str, Any] = {
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        "traceback": text,
+        "captured": captured,
     }
     try:
         return payload.dumps({**info, "exception": exc})
@@ -58,13 +64,14 @@ def main() -> int:
     if payload.digest(blob) != os.environ["FLOW_PAYLOAD_DIGEST"]:
         exc = PayloadError("payload does not match the digest it was stored under; refusing "
                            "to unpickle it")
-        _write(error_path, _error_blob(exc))
-        print(f"flow: {exc}", file=sys.stderr)
+        _write(error_path, _error_blob(exc, {}))
         return 1
     limit = int(os.environ.get("FLOW_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES))
+    origins: CodeOrigins = {}
     try:
-        fn, args, kwargs = payload.loads(blob)
-        result = fn(*args, **kwargs)
+        call = payload.unpack_call(blob)
+        origins = call.origins
+        result = call.fn(*call.args, **call.kwargs)
         data = payload.dumps(result)
         if len(data) > limit:
             raise PayloadError(
@@ -73,8 +80,7 @@ def main() -> int:
                 "a volume or object store and return their path (FLOW_MAX_RESULT_BYTES sets "
                 "the limit)")
     except Exception as exc:  # the user's code may raise anything: ship it to the caller
-        traceback.print_exc()
-        _write(error_path, _error_blob(exc))
+        _write(error_path, _error_blob(exc, origins))
         return 1
     _write(result_path, data)
     return 0

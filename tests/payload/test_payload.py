@@ -8,8 +8,8 @@ from flow_sdk import PayloadError, payload
 def test_round_trip_of_a_closure_and_lambda() -> None:
     base = 40
     blob = payload.pack_call(lambda x, y=0: x + y + base, (1,), {"y": 1})
-    fn, args, kwargs = payload.loads(blob)
-    assert fn(*args, **kwargs) == 42
+    call = payload.unpack_call(blob)
+    assert call.fn(*call.args, **call.kwargs) == 42
 
 
 def test_tampered_payload_is_refused_before_unpickling() -> None:
@@ -33,6 +33,11 @@ def test_unpicklable_value_names_the_fix() -> None:
         payload.dumps(threading.Lock())
 
 
+def test_a_blob_that_is_not_a_call_is_refused_as_one() -> None:
+    with pytest.raises(PayloadError, match="not a call"):
+        payload.unpack_call(payload.dumps((len, ("ab",), {})))
+
+
 def test_digest_is_content_addressed() -> None:
     assert payload.digest(b"abc") == payload.digest(b"abc") != payload.digest(b"abd")
 
@@ -53,7 +58,7 @@ def test_callers_functions_passed_as_arguments_travel_by_value(tmp_path) -> None
     # A fresh interpreter in another directory: this test module cannot be imported there,
     # so only a by-value payload can run.
     code = ("import sys; from flow_sdk import payload; "
-            "fn, a, k = payload.loads(open(sys.argv[1], 'rb').read()); print(fn(*a, **k))")
+            "c = payload.unpack_call(open(sys.argv[1], 'rb').read()); print(c.fn(*c.args, **c.kwargs))")
     out = subprocess.run([sys.executable, "-c", code, str(blob_path)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "42"

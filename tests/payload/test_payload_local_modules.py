@@ -14,7 +14,7 @@ from flow_sdk import payload
 from flow_sdk.errors import PayloadError, ValidationError
 from flow_sdk.spec import build_task_spec
 
-_LOAD = "import sys; from flow_sdk import payload; fn, a, k = payload.loads(sys.stdin.buffer.read()); print(fn(*a, **k))"
+_LOAD = "import sys; from flow_sdk import payload; c = payload.unpack_call(sys.stdin.buffer.read()); print(c.fn(*c.args, **c.kwargs))"
 
 
 def _call_elsewhere(blob: bytes, cwd: Path) -> subprocess.CompletedProcess[bytes]:

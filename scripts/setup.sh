@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install flow-sdk and what it needs, from this checkout.
-#   bash scripts/setup.sh          # the SDK, torch (CPU build when none is installed)
-#   bash scripts/setup.sh --dev    # plus test tools (pytest, import-linter: the `dev` extra)
-#                                  # and system packages (OpenSSH server)
+#   bash scripts/setup.sh          # the SDK with everything the README uses (the `all` extra:
+#                                  # torch (CPU build when none is installed), boto3, pyarrow,
+#                                  # xgboost, paramiko, the simulated cloud's moto and AWS CLI)
+#   bash scripts/setup.sh --dev    # plus the test tools (the `dev` extra) and the system
+#                                  # packages the tests need (OpenSSH server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -21,5 +23,5 @@ if [ "${1:-}" = "--dev" ]; then
   fi
   "$PY" -m pip install --quiet -e ".[dev]"
 else
-  "$PY" -m pip install --quiet -e ".[torch]"
+  "$PY" -m pip install --quiet -e ".[all]"
 fi

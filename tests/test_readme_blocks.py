@@ -1,0 +1,132 @@
+"""Every shell and Python block of the README runs as written, except the test command's own
+block (it is what runs this test). A block that needs a real cloud account or a GPU says so in
+the README itself, on the line before it: ``<!-- readme-test: cloud-only: REASON -->`` or
+``<!-- readme-test: gpu-only: REASON -->``; such a block is only compiled (Python) or parsed
+(``bash -n``). The list of marked blocks is fixed here, so marking cannot grow unnoticed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_FENCE = re.compile(r"^```(bash|python)\n(.*?)^```\n", re.M | re.S)
+_MARK = re.compile(r"<!-- readme-test: (cloud-only|gpu-only): (\S.*?) -->\n\Z")
+
+# (kind, the block's first line) of every marked block.
+MARKED = {
+    ("gpu-only", "from flow_sdk import FlowApp, current"),
+    ("cloud-only", "@app.function(gpu=\"h100:8\", num_instances=4, provider=\"aws\", priority=\"med\","),
+    ("cloud-only", "flow catalog refresh                # today's prices from the AWS Price List API"),
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    text: str
+    line: int  # where the block starts in README.md
+    mark: str | None  # "cloud-only" / "gpu-only", or None: the block runs
+
+    @property
+    def first_line(self) -> str:
+        return self.text.splitlines()[0]
+
+
+def readme_blocks() -> list[Block]:
+    readme = (ROOT / "README.md").read_text()
+    blocks = []
+    for match in _FENCE.finditer(readme):
+        mark = _MARK.search(readme[:match.start()])
+        blocks.append(Block(match[1], match[2], readme.count("\n", 0, match.start()) + 1,
+                            mark[1] if mark else None))
+    return blocks
+
+
+def _test_command() -> str:
+    """The README's test command: the one `.ci/run` runs."""
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    return next(line for line in ci if "pytest" in line)
+
+
+def _runnable() -> list[Block]:
+    return [b for b in readme_blocks() if b.mark is None and b.text.strip() != _test_command()]
+
+
+def test_the_readme_opens_with_the_two_set_up_commands_and_ci_runs_the_second() -> None:
+    first, second = readme_blocks()[:2]
+    assert first.language == second.language == "bash"
+    assert len(first.text.strip().splitlines()) == 1 and "examples/ddp_local.py" in first.text
+    assert second.text.strip() == _test_command()
+
+
+def test_the_marked_blocks_are_exactly_the_known_ones_and_each_gives_a_reason() -> None:
+    marked = {(b.mark, b.first_line) for b in readme_blocks() if b.mark}
+    assert marked == MARKED
+    readme = (ROOT / "README.md").read_text()
+    for mark in re.finditer(r"<!-- readme-test: (.*?) -->", readme):
+        assert _MARK.match(mark[0] + "\n"), f"malformed mark: {mark[0]}"
+
+
+@pytest.mark.parametrize("block", [b for b in readme_blocks() if b.mark],
+                         ids=lambda b: f"line{b.line}")
+def test_a_marked_block_is_valid_code(block: Block, tmp_path: Path) -> None:
+    if block.language == "python":
+        compile(block.text, f"README.md:{block.line}", "exec")
+    else:
+        script = tmp_path / "block.sh"
+        script.write_text(block.text)
+        subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+
+
+def _environment(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    home = tmp_path / "home"
+    home.mkdir()
+    env.update(HOME=str(home), FLOW_HOME=os.environ["FLOW_HOME"], PYTHONUNBUFFERED="1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+def _set_up_venv(tmp_path: Path) -> Path:
+    """A virtualenv of its own for the set-up block, so that its install leaves the one this
+    suite runs in alone. It sees this environment's packages through a .pth file, so the
+    set-up installs only the SDK itself; returns its bin folder."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    outer = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    (site / "outer-environment.pth").write_text("".join(f"{p}\n" for p in sorted(outer)))
+    return venv / "bin"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", _runnable(), ids=lambda b: f"line{b.line}")
+def test_a_block_runs_as_written(block: Block, tmp_path: Path) -> None:
+    """Each block runs in a fresh folder with a copy of `examples/` and no AWS credentials,
+    except the set-up, which runs in the checkout as the README says."""
+    work = tmp_path / "work"
+    shutil.copytree(ROOT / "examples", work / "examples")
+    env = _environment(tmp_path)
+    cwd = work
+    if "scripts/setup.sh" in block.text:
+        cwd = ROOT
+        env["PATH"] = f"{_set_up_venv(tmp_path)}{os.pathsep}{env['PATH']}"
+    if block.language == "python":
+        (work / "block.py").write_text(block.text)
+        argv = [sys.executable, str(work / "block.py")]
+    else:
+        (work / "block.sh").write_text(block.text)
+        argv = ["bash", "-euo", "pipefail", str(work / "block.sh")]
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=420, check=False)
+    assert done.returncode == 0, (f"README.md line {block.line} exited {done.returncode}\n"
+                                  f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

@@ -7,10 +7,13 @@
 
     train.remote(1e-4)        # blocks, returns rank 0's value
     task = train.spawn(1e-4)  # a Task handle
+
+Code written for Flow runs with its import changed: ``Flow().run(train._build_task_config(""),
+mounts={"/data": "s3://bucket/prefix"})`` and ``Flow().get_task(task_id)``.
 """
 
 from flow_sdk import current
-from flow_sdk.app import FlowApp, RemoteFunction
+from flow_sdk.app import Flow, FlowApp, RemoteFunction, TaskConfig
 from flow_sdk.errors import (
     CapacityError,
     HostKeyMismatchError,
@@ -49,9 +52,9 @@ from flow_sdk.volumes import (
 from flow_sdk._version import __version__
 
 __all__ = [
-    "CapacityError", "FlowApp", "FlowError", "GpuSpec", "PayloadError", "ProviderError",
+    "CapacityError", "Flow", "FlowApp", "FlowError", "GpuSpec", "PayloadError", "ProviderError",
     "RemoteFunction", "RemoteTraceback", "RendezvousError", "Task", "TaskCancelledError",
-    "TaskError", "TaskFailedError", "TaskNotFoundError", "TaskSpec", "TaskStatus",
+    "TaskConfig", "TaskError", "TaskFailedError", "TaskNotFoundError", "TaskSpec", "TaskStatus",
     "TaskTimedOutError", "TaskTimeoutError", "ValidationError", "VolumeSpec", "current",
     "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInfo", "VolumeInUseError",
     "latest_checkpoint", "load_checkpoint", "save_checkpoint",

@@ -90,8 +90,10 @@ class FlowApp:
         return self.provider(fn.spec.provider).plan(fn.spec)
 
     def _spec_for(self, func: Callable[..., Any], options: dict[str, Any]) -> TaskSpec:
-        options = {"provider": self.default_provider, **options}
-        spec = build_task_spec(app=self.name, name=getattr(func, "__name__", "task"), **options)
+        """Validate ``options`` (the app's name, the function's name and the app's provider
+        unless they name their own) and check them with the provider."""
+        spec = build_task_spec(**{"app": self.name, "name": getattr(func, "__name__", "task"),
+                                  "provider": self.default_provider, **options})
         try:
             provider = self.provider(spec.provider)
         except ProviderError as exc:
@@ -154,11 +156,25 @@ class RemoteFunction(Generic[P, R]):
 
     def with_options(self, **options: Any) -> RemoteFunction[P, R]:
         """A copy with some options replaced (validated like the decorator's)."""
+        return self._rebound(self.app, options)
+
+    def _rebound(self, app: FlowApp, options: dict[str, Any]) -> RemoteFunction[P, R]:
+        """A copy whose tasks ``app`` launches (its providers and their configuration), with
+        ``options`` replacing the spec's, validated like the decorator's."""
         spec_options, caller = progress.split_watch_options(options)
-        merged = {k: v for k, v in self.spec.model_dump().items() if k not in ("app", "name")}
-        merged.update(spec_options)
+        merged = {**self.spec.model_dump(), **spec_options}
         watch = dataclasses.replace(self.watch, **caller)  # type: ignore[arg-type]
-        return RemoteFunction(self.app, self.fn, self.app._spec_for(self.fn, merged), watch)
+        return RemoteFunction(app, self.fn, app._spec_for(self.fn, merged), watch)
+
+    def _build_task_config(self, name: str = "", /, *args: P.args, **kwargs: P.kwargs
+                           ) -> TaskConfig:
+        """The launch ``spawn(*args, **kwargs)`` would make, as a value ``Flow.run`` takes
+        (the name Flow's own SDK gives this). ``name`` names the task, so its id starts with
+        it; ``""`` (what Flow's guide passes) keeps the function's name, as ``spawn`` does."""
+        function: RemoteFunction[..., Any] = self
+        if name:
+            function = self._rebound(self.app, {"name": name})
+        return TaskConfig(function, args, dict(kwargs))
 
     def spawn(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """Show the plan (asking first, on a terminal, when it costs money), launch the task
@@ -187,6 +203,52 @@ class RemoteFunction(Generic[P, R]):
             task.cancel()
             raise
         return result
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """One launch of a remote function, not started yet: the function with its validated
+    options (``spec``) and the call's arguments. ``Flow.run`` launches it."""
+
+    function: RemoteFunction[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def spec(self) -> TaskSpec:
+        return self.function.spec
+
+
+class Flow:
+    """The client object of code written for Flow: ``Flow().run(config, mounts=...)``
+    launches a ``TaskConfig`` (``fn._build_task_config("")``), ``get_task(id)`` re-attaches
+    to a task. Without ``provider`` a task runs where its function's ``FlowApp`` sends it;
+    with one (and its ``provider_config``, as for ``FlowApp``) it runs there."""
+
+    def __init__(self, provider: str | None = None,
+                 provider_config: dict[str, Any] | None = None) -> None:
+        self._app = None if provider is None else FlowApp(
+            provider=provider, provider_config=provider_config)
+
+    def run(self, task_config: TaskConfig, mounts: dict[str, str] | None = None) -> Task:
+        """Launch ``task_config`` as its function's ``spawn`` would and return the task's
+        handle at once. ``mounts`` adds read-only S3 mounts (``{"/data": "s3://bucket/p"}``)
+        to the function's own (the same path: this one wins), validated like the
+        decorator's."""
+        function = task_config.function
+        options: dict[str, Any] = {}
+        if mounts is not None:
+            options["mounts"] = ({**function.spec.mounts, **mounts}
+                                 if isinstance(mounts, dict) else mounts)
+        if self._app is not None:
+            options["provider"] = self._app.default_provider
+        if options:
+            function = function._rebound(self._app or function.app, options)
+        return function.spawn(*task_config.args, **task_config.kwargs)
+
+    def get_task(self, task_id: str) -> Task:
+        """The handle of a task this machine launched, by id (as ``Task.from_id``)."""
+        return Task.from_id(task_id)
 
 
 def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:

@@ -13,9 +13,9 @@ import re
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from flow_sdk.catalog import GPU_MODELS, find_gpu_model
+from flow_sdk.catalog import GPU_MODELS, INTRANODE_INTERCONNECTS, find_gpu_model
 from flow_sdk.errors import FieldProblem, ValidationError
 from flow_sdk.s3uri import BUCKET_RE, S3UriError, split_s3_uri
 
@@ -176,6 +176,33 @@ def check_s3_uri(uri: str) -> str:
     return uri
 
 
+def check_intranode(value: str, gpu: GpuSpec | None) -> str:
+    """``value`` (lower-cased) when the catalog says ``gpu``'s GPUs link that way inside a
+    node (``sxm5`` for ``h100:8``); raises naming the values allowed and the fix."""
+    link = value.strip().lower()
+    if link not in INTRANODE_INTERCONNECTS:
+        raise ValueError(f"unknown intranode interconnect {value!r}; the catalog knows "
+                         f"{', '.join(INTRANODE_INTERCONNECTS)}")
+    if gpu is None or gpu.model == ANY_GPU_MODEL:
+        raise ValueError(f"intranode_interconnect={value!r} is how a node's GPUs are linked, so it "
+                         "needs a named GPU model (e.g. gpu='h100:8' for 'sxm5'); drop it for "
+                         f"{'CPU nodes' if gpu is None else repr(str(gpu))}")
+    model = find_gpu_model(gpu.model)
+    assert model is not None  # GpuSpec.parse accepted it from the same table
+    allowed = model.intranode_of(gpu.form_factor)
+    if link == allowed:
+        return link
+    form = model.form_with(link)
+    if form is not None:
+        fix = f"ask for gpu='{gpu.model}-{gpu.memory_gb}gb.{form}:{gpu.count}' to get {link}"
+    else:
+        having = [m.name for m in GPU_MODELS if link in m.intranode]
+        fix = f"{link} comes with {', '.join(having)} GPUs"
+    raise ValueError(f"gpu='{gpu}' links its GPUs over {allowed}, not {link} (allowed for "
+                     f"{model.name}: {', '.join(model.intranode)}); {fix}, or drop "
+                     "intranode_interconnect")
+
+
 def _finite_positive(value: float | None, what: str) -> float | None:
     if value is None:
         return None
@@ -207,6 +234,8 @@ class TaskSpec(_Frozen):
     max_run_time_hours: float | None = None
     priority: Priority = "med"
     internode_interconnect: Interconnect | None = None
+    # The link between a node's GPUs (sxm5, pcie, ...), checked against the GPU catalog.
+    intranode_interconnect: str | None = None
     # From launch until a node's agent is up (install, image pull, volumes); a node that is
     # not up by then powers off. 20 minutes fits a cold pip install plus a large image pull.
     boot_timeout_s: float = Field(default=1200.0, gt=0, le=24 * 3600)
@@ -263,6 +292,13 @@ class TaskSpec(_Frozen):
     @classmethod
     def _interconnect_lower(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("intranode_interconnect")
+    @classmethod
+    def _intranode(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or "gpu" not in info.data:  # a bad gpu is reported on its own
+            return value
+        return check_intranode(value, info.data["gpu"])
 
     @field_validator("max_price_per_hour")
     @classmethod

@@ -75,7 +75,7 @@ class Task:
         self.task_id = task_id
         self.provider = provider
         self._torn_down = False
-        self._slots: int | None = None
+        self._spec: TaskSpec | None = None
         self._logs = TaskLogs(task_id, provider, slots_per_node=self._slots_per_node,
                               node_of_instances=self._node_of_instances,
                               ended=lambda: self.status.is_terminal)
@@ -151,6 +151,23 @@ class Task:
         outcome = self.outcome()
         assert outcome is not None
         return TaskStatus(outcome.status)
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The task's options as it was launched with them (read from its signed record)."""
+        if self._spec is None:
+            self._spec = TaskSpec.model_validate(self.record().spec)
+        return self._spec
+
+    @property
+    def num_instances(self) -> int:
+        """How many nodes the task was launched on."""
+        return self.spec.num_instances
+
+    @property
+    def max_price_per_hour(self) -> float | None:
+        """The price cap in USD per instance-hour, or None when the task is uncapped."""
+        return self.spec.max_price_per_hour
 
     # -- cost -------------------------------------------------------------------------------
 
@@ -267,14 +284,10 @@ class Task:
     # -- logs -------------------------------------------------------------------------------
 
     def _slots_per_node(self) -> int:
-        if self._slots is None:
-            try:
-                slots = TaskSpec.model_validate(self.record().spec).slots_per_node
-            except TaskNotFoundError:
-                return 1
-            self._slots = slots
-            return slots
-        return self._slots
+        try:
+            return self.spec.slots_per_node
+        except TaskNotFoundError:
+            return 1
 
     def _node_of_instances(self) -> dict[str, int]:
         """instance id -> node index: from the node records the agents publish, else (a node
@@ -326,7 +339,7 @@ class Task:
         if node is None:
             return
         try:
-            count = int(self.record().spec.get("num_instances", 1))
+            count = self.num_instances
         except TaskNotFoundError:
             return
         if not 0 <= node < count:

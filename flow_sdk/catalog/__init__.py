@@ -6,7 +6,7 @@ offers, the catalog and its errors), ``file`` (the CSV format, loading, writing 
 Import these names from ``flow_sdk.catalog``; the module layout may change.
 """
 
-from flow_sdk.catalog.gpus import GPU_MODELS, GpuModel, find_gpu_model
+from flow_sdk.catalog.gpus import GPU_MODELS, INTRANODE_INTERCONNECTS, GpuModel, find_gpu_model
 from flow_sdk.catalog.model import (
     MARKETS,
     REGION_RE,
@@ -48,7 +48,7 @@ from flow_sdk.catalog.refresh import (
 )
 
 __all__ = [
-    "CATALOG_FILENAME", "COLUMNS", "GPU_MODELS", "LINUX_SHARED", "MARKETS", "PRICING_REGION",
+    "CATALOG_FILENAME", "COLUMNS", "GPU_MODELS", "INTRANODE_INTERCONNECTS", "LINUX_SHARED", "MARKETS", "PRICING_REGION",
     "PRIORITY_MARKETS", "REGION_RE",
     "Catalog", "CatalogEntry", "CatalogError", "GpuModel", "GpuRequest", "InstanceType",
     "Market", "Offer", "OfferNotFoundError", "OfferRequest", "PriceUpdates", "RefreshReport",

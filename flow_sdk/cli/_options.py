@@ -71,6 +71,9 @@ def spec_options(fn: F) -> F:
         click.option("--max-run-time-hours", type=float, help="Stop the task after this long."),
         click.option("--priority", type=click.Choice(["low", "med", "high"])),
         click.option("--interconnect", type=click.Choice(["ethernet", "efa", "infiniband"])),
+        click.option("--intranode-interconnect", metavar="LINK",
+                     help="How a node's GPUs are linked: sxm5 (h100, h200), sxm4 (a100), pcie, "
+                          "... (checked against the GPU catalog)."),
         click.option("--boot-timeout", type=float, metavar="SECONDS",
                      help="How long a node may take from launch until its agent is up."),
         click.option("--availability-timeout", type=float, metavar="SECONDS",
@@ -100,6 +103,7 @@ def spec_kwargs(params: dict[str, Any]) -> dict[str, Any]:
              "image": "image", "region": "region", "max_price_per_hour": "max_price_per_hour",
              "max_run_time_hours": "max_run_time_hours", "priority": "priority",
              "interconnect": "internode_interconnect",
+             "intranode_interconnect": "intranode_interconnect",
              "availability_timeout": "availability_timeout_s", "max_restarts": "max_restarts",
              "boot_timeout": "boot_timeout_s",
              "key_name": "key_name", "preflight": "preflight",

@@ -220,7 +220,7 @@ class AwsConfig:
             data["simulate"] = {"root": self.simulate.root, "minute_s": self.simulate.minute_s,
                                 "boot_delay_s": list(self.simulate.boot_delay_s),
                                 "wheelhouse": self.simulate.wheelhouse,
-                                "python": self.simulate.python}
+                                "python": self.simulate.python, "envs": self.simulate.envs}
         if self.launch is not None:
             data["launch"] = {"task_id": self.launch.task_id, "region": self.launch.region,
                               "attempt": self.launch.attempt}

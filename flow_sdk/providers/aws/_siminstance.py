@@ -59,6 +59,7 @@ class InstanceSpec:
     node_dir: str  # the instance's own files: user-data, state, console, control
     efs_root: str  # <root>/efs: one shared directory per EFS file system
     ebs_root: str  # <root>/ebs: one sparse image file per EBS volume
+    envs_root: str  # <root>/envs: the SDK environments by wheel digest (/opt/flow/envs)
     block_devices: bool  # the user-data waits for EBS volumes: watch EC2 for attachments
     shims: str  # the directory of the shims, first on the node's PATH
     mount_paths: tuple[str, ...]  # the task's volume and mount paths

@@ -5,8 +5,9 @@ its own: ``python -m flow_sdk.providers.aws._simroot <instance.json>`` (started 
 The namespace shows the host's files (``flow_sdk.mountns``) except the node's own state:
 ``/var/lib/flow``, ``/opt/flow``, the control directory the ``shutdown`` shim writes to,
 ``/dev/disk`` (where its EBS volumes appear), and one empty directory per task mount path,
-each a directory of this instance's. ``/dev/console`` is
-the instance's console file (what EC2's GetConsoleOutput would show). Then it replaces itself
+each a directory of this instance's; ``/opt/flow/envs``, the SDK environments by wheel
+digest, is shared by all instances, as if their image carried it. ``/dev/console`` is the
+instance's console file (what EC2's GetConsoleOutput would show). Then it replaces itself
 with ``bash <user-data>`` in the environment ``_siminstance`` prepared: the script runs
 unmodified, and nothing it or its children mount reaches the host.
 """
@@ -28,12 +29,16 @@ def private_binds(spec: InstanceSpec) -> list[Bind]:
     node = Path(spec.node_dir)
     binds = [Bind("/var/lib/flow", node / "state", False),
              Bind("/opt/flow", node / "opt", False),
+             # the SDK environments the image carries, by wheel digest: shared, like a disk
+             # image's files, by every instance of this simulated cloud
+             Bind("/opt/flow/envs", Path(spec.envs_root), False),
              Bind(CONTROL_DIR, node / "control", False),
              Bind("/dev/disk", node / "disk", False)]
     for i, path in enumerate(spec.mount_paths):
         binds.append(Bind(path, node / "mountpoints" / str(i), False))
     for bind in binds:
         bind.source.mkdir(parents=True, exist_ok=True)
+    (node / "opt" / "envs").mkdir(exist_ok=True)  # where the shared one is shown
     return binds
 
 

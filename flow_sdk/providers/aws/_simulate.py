@@ -65,6 +65,10 @@ class SimulateConfig:
     # The simulated image's python3 (the nodes' interpreter, and its bin directory on their
     # PATH for the AWS CLI): the interpreter of the process that first read this config.
     python: str = sys.executable
+    # Where the image keeps the SDK environments, by wheel digest (``/opt/flow/envs`` on every
+    # instance); None: ``<root>/envs``. Simulated clouds that share it boot a wheel one of them
+    # has seen without installing it again, as an image that carries it would.
+    envs: str | None = None
 
 
 def parse_simulate(value: Any) -> SimulateConfig:
@@ -72,10 +76,11 @@ def parse_simulate(value: Any) -> SimulateConfig:
     if not isinstance(value, Mapping) or not isinstance(value.get("root"), str):
         raise ProviderError("provider_config.simulate must be a mapping with 'root' (a "
                             "directory for the simulated nodes), e.g. {'root': '/tmp/flow-sim'}")
-    unknown = sorted(set(value) - {"root", "minute_s", "boot_delay_s", "wheelhouse", "python"})
+    known = ("root", "minute_s", "boot_delay_s", "wheelhouse", "python", "envs")
+    unknown = sorted(set(value) - set(known))
     if unknown:
-        raise ProviderError(f"provider_config.simulate has unknown keys {unknown}; known: root, "
-                            "minute_s, boot_delay_s, wheelhouse, python")
+        raise ProviderError(f"provider_config.simulate has unknown keys {unknown}; known: "
+                            f"{', '.join(known)}")
     minute_s = value.get("minute_s", 60.0)
     if isinstance(minute_s, bool) or not isinstance(minute_s, (int, float)) or minute_s <= 0:
         raise ProviderError(f"provider_config.simulate.minute_s {minute_s!r} must be a positive "
@@ -93,9 +98,13 @@ def parse_simulate(value: Any) -> SimulateConfig:
     if not isinstance(python, str) or not os.path.isabs(python):
         raise ProviderError(f"provider_config.simulate.python {python!r} must be the absolute "
                             "path of a python3 interpreter")
+    envs = value.get("envs")
+    if envs is not None and (not isinstance(envs, str) or not os.path.isabs(envs)):
+        raise ProviderError(f"provider_config.simulate.envs {envs!r} must be the absolute path "
+                            "of a directory")
     return SimulateConfig(root=value["root"], minute_s=float(minute_s),
                           boot_delay_s=tuple(float(d) for d in delays), wheelhouse=wheelhouse,
-                          python=python)
+                          python=python, envs=envs)
 
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # instance processes this process started
@@ -226,6 +235,7 @@ class SimulatedNodes:
                 instance_id=instance_id, task_id=task_id, address=address, region=region,
                 endpoint_url=self.endpoint_url, node_dir=str(node_dir),
                 efs_root=str(self.root / "efs"), ebs_root=str(self.root / "ebs"),
+                envs_root=self.settings.envs or str(self.root / "envs"),
                 block_devices="flow_mount_ebs " in user_data, shims=str(shims),
                 mount_paths=mount_paths,
                 minute_s=self.settings.minute_s,

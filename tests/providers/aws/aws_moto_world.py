@@ -257,6 +257,11 @@ class AwsWorld:
                                   "endpoint_url": self.url, "ssh_cidr": "127.0.0.1/32",
                                   "image_python": sdkwheel.python_version()}
         config.update(overrides)
+        if "simulate" in overrides:
+            # The simulated image keeps the SDK environments of this test session's runner
+            # (by wheel digest), so a node installs the wheel only on the first boot.
+            config["simulate"] = {"envs": str(self.tmp.parent / "sim-envs"),
+                                  **overrides["simulate"]}
         return config
 
     def provider(self, recorder: Recorder | None = None, **overrides: Any) -> AwsProvider:

@@ -63,7 +63,7 @@ def test_the_bootstrap_fetches_checks_then_installs_the_named_wheel() -> None:
     script = _script()
     fetch = script.index("aws s3api get-object")
     verify = script.index('flow_verify_code "$wheel"')
-    install = script.index('--python /opt/flow/venv/bin/python install --quiet "$wheel"')
+    install = script.index('--python "${env_dir}/bin/python" install --quiet "$wheel"')
     assert fetch < verify < install
     assert "FLOW_CODE_URL=s3://flow-test-bucket/flow/code/" + "ab" * 32 + ".whl" in script
     assert "FLOW_CODE_SHA256=" + "ab" * 32 in script

@@ -96,6 +96,9 @@ def test_two_nodes_boot_the_callers_sdk_by_digest_even_60s_apart_and_match_local
     assert [o["Key"] for o in listed["Contents"]] == [f"flow/code/{wheel.sha256}.whl"]
     boot = "\n".join(task.logs(source="boot"))
     assert "[Node 0]" in boot and "[Node 1]" in boot and "agent started" in boot
+    # the late node boots from the SDK environment already built for this wheel's digest
+    assert any(line.startswith("[Node 1]") and "environment for this wheel is already on this "
+               "machine" in line for line in task.logs(source="boot"))
     local = FlowApp("boot-local", provider="local").function(num_instances=2)(_whoami)
     local_results = local.spawn(1000).results(timeout=120)
 

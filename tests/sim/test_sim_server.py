@@ -69,6 +69,13 @@ def test_one_server_per_home_reused_and_dummy_credentials_stay_in_the_provider(
     assert first.cfg.simulate is not None
     assert Path(first.cfg.simulate.root) == home / "cloud"
     assert first.gc(dry_run=True).holds == []  # type: ignore[attr-defined]
+    ec2 = first.clients.get("ec2", "us-east-1")
+    ec2.create_key_pair(KeyName="left-behind")
+    ec2.create_placement_group(GroupName="left-behind-pg", Strategy="cluster")
+    report = first.gc(dry_run=True)
+    assert report.holds == ["us-east-1 key pair left-behind",  # type: ignore[attr-defined]
+                            "us-east-1 placement group left-behind-pg"]
+    assert "the simulated account holds 2 resource(s):" in str(report)
     os.kill(state.pid, 15)
     wait_until(lambda: not state.alive(), 15, "the server to stop on SIGTERM")
     assert read_state(home) is None  # it removes its own record

@@ -10,6 +10,7 @@ an AMI registered in the simulated account whose image Python is the caller's.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +21,13 @@ import boto3
 from flow_sdk import sdkwheel
 from flow_sdk._config import flow_home
 from flow_sdk.aws_clients import REGION_RE, make_client
-from flow_sdk.errors import ProviderError
+from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.providers.aws import AwsConfig, AwsProvider
 from flow_sdk.providers.aws._simulate import SimulateConfig, SimulatedNodes, parse_simulate
 from flow_sdk.providers.base import GcReport
 from flow_sdk.sim._inventory import SimGcReport, holdings
-from flow_sdk.sim._server import CLOUD_DIR, ensure_server, stop_server
+from flow_sdk.sim._server import CLOUD_DIR, INSTALL_HINT, ensure_server, stop_server
+from flow_sdk.spec import TaskSpec
 
 HOME_DIR = "aws-sim"  # under $FLOW_HOME: the server's record, lock and log, and the cloud
 DEFAULT_REGION = "us-east-1"
@@ -134,6 +136,18 @@ class AwsSimProvider(AwsProvider):
                          "boot_delay_s": list(settings.boot_delay_s),
                          "wheelhouse": settings.wheelhouse}})
         return cls(aws, settings, session=session)
+
+    def check(self, spec: TaskSpec) -> list[FieldProblem]:
+        """The aws checks, and the AWS CLI the nodes' bootstrap runs from the image's (this
+        interpreter's) bin directory."""
+        problems = super().check(spec)
+        simulate = self.cfg.simulate
+        bin_dir = str(Path(simulate.python).parent) if simulate is not None else ""
+        if simulate is not None and shutil.which("aws", path=bin_dir) is None:
+            problems.append(FieldProblem("provider", (
+                f"the simulated nodes run the AWS CLI from {bin_dir}, and it is not installed "
+                f"there: {INSTALL_HINT}")))
+        return problems
 
     def config(self) -> dict[str, Any]:
         return self.settings.to_dict() if self.settings is not None else super().config()

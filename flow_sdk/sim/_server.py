@@ -12,6 +12,7 @@ its recorded pid.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ LOCK_FILE = "server.lock"
 LOG_FILE = "server.log"
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
+INSTALL_HINT = "pip install 'moto[server]' awscli"
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,9 @@ def ensure_server(home: Path, idle_stop_s: float) -> ServerState:
 
 
 def _start(home: Path, idle_stop_s: float) -> ServerState:
+    if importlib.util.find_spec("moto") is None:
+        raise ProviderError("the aws-sim provider runs a moto server, and moto is not installed "
+                            f"for {sys.executable}: {INSTALL_HINT}")
     (home / STATE_FILE).unlink(missing_ok=True)
     with open(home / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(
@@ -138,8 +143,8 @@ def _start(home: Path, idle_stop_s: float) -> ServerState:
     proc.wait()
     tail = (home / LOG_FILE).read_text(errors="replace").splitlines()[-15:]
     raise ProviderError("the simulated aws account's moto server did not start (is "
-                        "'moto[server]' installed? pip install 'moto[server]' awscli); its "
-                        f"log {home / LOG_FILE} ends:\n" + "\n".join(tail))
+                        f"'moto[server]' installed? {INSTALL_HINT}); its log "
+                        f"{home / LOG_FILE} ends:\n" + "\n".join(tail))
 
 
 def _stop_pid(state: ServerState) -> None:

@@ -17,8 +17,11 @@ from flow_testing import wait_until
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.process import is_alive
-from flow_sdk.sim import AwsSimProvider, sim_home
+from flow_sdk.providers.aws import AwsConfig
+from flow_sdk.sim import AwsSimProvider, SimSettings, sim_home
+from flow_sdk.sim._provider import dummy_session
 from flow_sdk.sim._server import ServerState, ensure_server, read_state
+from flow_sdk.spec import build_task_spec
 
 
 def _kill(state: ServerState | None) -> None:
@@ -107,3 +110,22 @@ def test_python_m_flow_sdk_sim_stop_stops_the_server(home: Path) -> None:
         assert not is_alive(state.pid, state.ticks) and read_state(home) is None
     finally:
         _kill(state)
+
+
+def test_a_launch_is_refused_when_the_image_has_no_aws_cli(home: Path, tmp_path: Path) -> None:
+    provider = get_provider("aws-sim")
+    assert isinstance(provider, AwsSimProvider)
+    spec = build_task_spec(app="sim", name="sim", provider="aws-sim", num_instances=2)
+    assert provider.check(spec) == []
+    bare = tmp_path / "bare-image" / "bin"
+    bare.mkdir(parents=True)
+    (bare / "python3").symlink_to(sys.executable)  # the image's Python, without the AWS CLI
+    assert provider.cfg.simulate is not None
+    config = {**provider.cfg.to_dict(), "simulate": {"root": provider.cfg.simulate.root,
+                                                     "python": str(bare / "python3")}}
+    without_cli = AwsSimProvider(AwsConfig.from_mapping(config), SimSettings(),
+                                 session=dummy_session("us-east-1"))
+    problems = without_cli.check(spec)
+    assert [(p.field, p.message) for p in problems] == [(
+        "provider", f"the simulated nodes run the AWS CLI from {bare}, and it is not installed "
+        "there: pip install 'moto[server]' awscli")]

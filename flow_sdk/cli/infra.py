@@ -160,7 +160,7 @@ def _volume_target(fn: F) -> F:
                       help="Provider settings as JSON, e.g. '{\"region\": \"us-west-2\"}'.")(fn)
     fn = click.option("--region", help="aws: the region of the volumes.")(fn)
     return click.option("--provider", default="local", show_default=True,
-                        help="local or aws.")(fn)
+                        help="local, aws or aws-sim.")(fn)
 
 
 @volumes_group.command(name="list")

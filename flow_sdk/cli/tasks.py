@@ -75,10 +75,13 @@ def status(task_ref: str | None, as_json: bool) -> None:
 @main.command(name="list")
 @click.option("-n", "--limit", type=int, default=20, show_default=True,
               help="Show the newest N tasks (0: all).")
+@click.option("--provider", help="Only the tasks of this provider, e.g. aws-sim.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_tasks(limit: int, as_json: bool) -> None:
+def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
     """List the tasks this machine started, newest first."""
-    records = sorted(list_client_records(), key=lambda r: r.get("created_at", 0.0), reverse=True)
+    records = sorted((r for r in list_client_records()
+                      if provider is None or r.get("provider") == provider),
+                     key=lambda r: r.get("created_at", 0.0), reverse=True)
     if limit > 0:
         records = records[:limit]
     rows = []

@@ -1,4 +1,5 @@
-"""Providers behind one interface. Built-ins: ``local`` (default) and ``aws``; more plug in
+"""Providers behind one interface. Built-ins: ``local`` (default), ``aws`` and ``aws-sim`` (the
+simulated cloud, ``flow_sdk.sim``: named here by string, never imported); more plug in
 through the ``flow_sdk.providers`` entry-point group."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flow_sdk.providers.base import (
 _BUILTIN = {
     "local": "flow_sdk.providers.local:LocalProvider",
     "aws": "flow_sdk.providers.aws:AwsProvider",
+    "aws-sim": "flow_sdk.sim:AwsSimProvider",
 }
 
 

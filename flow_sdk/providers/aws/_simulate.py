@@ -107,6 +107,11 @@ def parse_simulate(value: Any) -> SimulateConfig:
                           python=python, envs=envs)
 
 
+# The simulated account's credentials, for the instances' AWS CLI and boto3 (moto takes any):
+# never the caller's own, which need not exist.
+SIMULATED_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+_NOT_INHERITED = {INSTANCE_ENV, "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"}
+
 _children: dict[int, subprocess.Popen[bytes]] = {}  # instance processes this process started
 _STOP_GRACE_S = 10.0  # an instance stops its own processes (SIGTERM, SIGKILL after 2 s)
 
@@ -221,7 +226,8 @@ class SimulatedNodes:
         mount_paths = _userdata.mount_paths_from_user_data(user_data)
         shims = self._shims()
         package_root = str(Path(__file__).resolve().parents[3])
-        env = {k: v for k, v in os.environ.items() if k != INSTANCE_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+        env.update(SIMULATED_CREDENTIALS)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         self._records_dir(task_id).mkdir(parents=True, exist_ok=True)
         delays = self.settings.boot_delay_s

@@ -1,0 +1,79 @@
+"""What the simulated account's moto server lacks and flow calls: EC2 placement groups
+(``CreatePlacementGroup``, ``DescribePlacementGroups``, ``DeletePlacementGroup``), kept in
+this server process's memory, per account and region. Installed once by ``install()`` in the
+server process (``_serve``), never in a caller's."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+_GROUPS: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+
+
+def _error(code: str, message: str) -> Exception:
+    from moto.ec2.exceptions import EC2ClientError
+
+    return EC2ClientError(code, message)
+
+
+def _create(self: Any) -> Any:
+    from moto.core.responses import ActionResult
+
+    name = self._get_param("GroupName")
+    groups = _GROUPS[(self.current_account, self.region)]
+    if name in groups:
+        raise _error("InvalidPlacementGroup.Duplicate",
+                     f"The placement group '{name}' already exists.")
+    tags = self._parse_tag_specification().get("placement-group", {})
+    group = {"GroupName": name, "State": "available", "Strategy": self._get_param("Strategy"),
+             "GroupId": f"pg-{len(groups) + 1:017x}",
+             "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+    groups[name] = group
+    return ActionResult({"PlacementGroup": group})
+
+
+def _matches(group: dict[str, Any], name: str, values: list[str]) -> bool:
+    tags = group["Tags"]
+    if name.startswith("tag:"):
+        return any(t["Key"] == name[4:] and t["Value"] in values for t in tags)
+    if name == "tag-key":
+        return any(t["Key"] in values for t in tags)
+    if name == "group-name":
+        return group["GroupName"] in values
+    raise _error("InvalidParameterValue", f"the simulated cloud cannot filter placement "
+                 f"groups by {name!r}; filters: tag:KEY, tag-key, group-name")
+
+
+def _describe(self: Any) -> Any:
+    from moto.core.responses import ActionResult
+
+    groups = list(_GROUPS[(self.current_account, self.region)].values())
+    for name, values in self._filters_from_querystring().items():
+        groups = [g for g in groups if _matches(g, name, list(values))]
+    names = self._get_param("GroupNames", [])
+    if names:
+        groups = [g for g in groups if g["GroupName"] in names]
+    return ActionResult({"PlacementGroups": groups})
+
+
+def _delete(self: Any) -> Any:
+    from moto.core.responses import ActionResult
+
+    name = self._get_param("GroupName")
+    groups = _GROUPS[(self.current_account, self.region)]
+    if name not in groups:
+        raise _error("InvalidPlacementGroup.Unknown",
+                     f"The Placement Group '{name}' is unknown.")
+    del groups[name]
+    return ActionResult({})
+
+
+def install() -> None:
+    """Give moto's EC2 responder the placement-group actions (this process only)."""
+    from moto.ec2.responses import EC2Response
+
+    for name, fn in (("create_placement_group", _create),
+                     ("describe_placement_groups", _describe),
+                     ("delete_placement_group", _delete)):
+        setattr(EC2Response, name, fn)

@@ -1,0 +1,107 @@
+"""The simulated account's moto server process: ``python -m flow_sdk.sim._serve HOME IDLE_S``.
+
+It serves moto (with ``_gaps``) on 127.0.0.1 on a port the kernel picks, records itself in
+``HOME/server.json`` once it listens, and exits, removing that record, on SIGTERM or after
+``IDLE_S`` seconds in which it answered no request and no simulated instance under
+``HOME/cloud`` was running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from flow_sdk.providers import process
+from flow_sdk.sim import _gaps
+from flow_sdk.sim._server import CLOUD_DIR, ServerState, clear_state, locked, write_state
+
+
+class Activity:
+    """When the server last answered a request (WSGI middleware)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+        self.last = time.monotonic()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
+                 ) -> Iterable[bytes]:
+        self.last = time.monotonic()
+        return self.app(environ, start_response)
+
+
+def live_instances(cloud: Path) -> list[int]:
+    """Pids of the simulated instances under ``cloud`` that are still running."""
+    pids = []
+    for path in sorted(cloud.glob("instances/*/i-*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being written: the next look sees it
+        if process.is_alive(int(rec["pid"]), rec.get("ticks")):
+            pids.append(int(rec["pid"]))
+    return pids
+
+
+def _stop(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _idle_exit(home: Path, activity: Activity, idle_s: float) -> None:
+    """Return once the server has been idle for ``idle_s`` (its record removed under the lock,
+    so no starter is handed a server that is going away)."""
+    step = max(0.05, min(1.0, idle_s / 4))
+    while True:
+        time.sleep(step)
+        if time.monotonic() - activity.last < idle_s:
+            continue
+        if live_instances(home / CLOUD_DIR):
+            activity.last = time.monotonic()
+            continue
+        with locked(home, wait=False) as held:
+            if held and time.monotonic() - activity.last >= idle_s:
+                clear_state(home, os.getpid())
+                return
+
+
+def main(argv: list[str]) -> int:
+    home, idle_s = Path(argv[0]), float(argv[1])
+    from moto.moto_server.threaded_moto_server import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+        make_server,
+    )
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    _gaps.install()
+    signal.signal(signal.SIGTERM, _stop)
+    activity = Activity(DomainDispatcherApplication(create_backend_app))
+    server = make_server("127.0.0.1", 0, activity, True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    pid = os.getpid()
+    write_state(home, ServerState(pid=pid, ticks=process.start_ticks(pid),
+                                  port=int(server.server_address[1]), started=time.time(),
+                                  idle_stop_s=idle_s))
+    print(f"simulated aws account serving on 127.0.0.1:{server.server_address[1]} "
+          f"(pid {pid}, stops after {idle_s:g} s idle)", flush=True)
+    try:
+        _idle_exit(home, activity, idle_s)
+        print("idle: stopping", flush=True)
+    finally:
+        clear_state(home, pid)
+        server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -12,13 +12,14 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_FENCE = re.compile(r"^```(bash|python)\n(.*?)^```\n", re.M | re.S)
+_FENCE = re.compile(r"^( *)```(bash|python)\n(.*?)^\1```\n", re.M | re.S)  # also in a list
 _MARK = re.compile(r"<!-- readme-test: (cloud-only|gpu-only): (\S.*?) -->\n\Z")
 
 # (kind, the block's first line) of every marked block.
@@ -46,8 +47,8 @@ def readme_blocks() -> list[Block]:
     blocks = []
     for match in _FENCE.finditer(readme):
         mark = _MARK.search(readme[:match.start()])
-        blocks.append(Block(match[1], match[2], readme.count("\n", 0, match.start()) + 1,
-                            mark[1] if mark else None))
+        blocks.append(Block(match[2], textwrap.dedent(match[3]),
+                            readme.count("\n", 0, match.start()) + 1, mark[1] if mark else None))
     return blocks
 
 

@@ -94,7 +94,7 @@ def run(path: Path, args: tuple[str, ...], entrypoint: str | None, app_name: str
     if not path.is_dir():
         local_module_files(path)  # an import it cannot follow stops here, before the plan
     task_spec = build_task_spec(app=app_name, name=name, provider=provider, **options)
-    problems = chosen.check(task_spec)
+    problems = chosen.check(task_spec) + chosen.launch_problems(task_spec)
     if problems:
         raise ValidationError(problems)
     plan = chosen.plan(task_spec)

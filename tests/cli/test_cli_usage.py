@@ -48,7 +48,11 @@ def hello(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 USAGE = [  # (arguments, what the line names, the fix it gives)
-    (["run", "--bogus-flag", "{hello}"], "--bogus-flag", "`flow run --help`"),
+    (["run", "--bogus-flag", "{hello}"], "--bogus-flag: no such option", "`flow run --help`"),
+    (["run", "--wrkers-per-node=2", "{hello}"], "--wrkers-per-node: no such option",
+     "did you mean --workers-per-node?"),
+    (["run", "/no/such/script.py"], "PATH: '/no/such/script.py' does not exist",
+     "give a script or a directory"),
     (["plan", "--wrkers-per-node", "2"], "--wrkers-per-node", "did you mean --workers-per-node?"),
     (["--bogus"], "--bogus", "`flow --help`"),
     (["run"], "PATH", "write `flow run [OPTIONS] PATH [ARGS]...`"),

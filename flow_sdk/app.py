@@ -8,6 +8,7 @@ import os
 import re
 import secrets
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -21,7 +22,7 @@ from flow_sdk import (
     sdkwheel,
     signing,
 )
-from flow_sdk.errors import FieldProblem, FlowError, ProviderError, ValidationError
+from flow_sdk.errors import FieldProblem, FlowError, LaunchWarning, ProviderError, ValidationError
 from flow_sdk.protocol import (
     BootConfig,
     GangMember,
@@ -86,8 +87,13 @@ class FlowApp:
 
     def plan(self, fn: RemoteFunction[..., Any]) -> LaunchPlan:
         """The offer a launch of ``fn`` would try first, its price and its cost at the runtime
-        cap, without launching anything. Raises when no offer fits the spec and caps."""
-        return self.provider(fn.spec.provider).plan(fn.spec)
+        cap, without launching anything. Raises when no offer fits the spec and caps. What
+        would refuse the launch itself (the nodes run another Python) is a ``LaunchWarning``
+        and the plan's ``warnings``."""
+        plan = self.provider(fn.spec.provider).plan(fn.spec)
+        for message in plan.warnings:
+            warnings.warn(message, LaunchWarning, stacklevel=2)
+        return plan
 
     def _spec_for(self, func: Callable[..., Any], options: dict[str, Any]) -> TaskSpec:
         """Validate ``options`` (the app's name, the function's name and the app's provider
@@ -184,6 +190,7 @@ class RemoteFunction(Generic[P, R]):
     def _launch(self, reporter: progress.Reporter, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Task:
         provider = self.app.provider(self.spec.provider)
+        refuse_launch(provider, self.spec)  # before the plan asks to confirm it
         if not self.watch.quiet:
             progress.show_plan(provider.plan(self.spec), reporter, self.watch)
         blob = payload.pack_call(*headjob.call_for(self.spec, self.fn, args, dict(kwargs)),
@@ -251,12 +258,21 @@ class Flow:
         return Task.from_id(task_id)
 
 
+def refuse_launch(provider: Provider, spec: TaskSpec) -> None:
+    """Raise ``ValidationError`` for what the provider would refuse to launch, though it
+    plans it (``Provider.launch_problems``)."""
+    problems = provider.launch_problems(spec)
+    if problems:
+        raise ValidationError(problems)
+
+
 def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
     """Store the payload and task record, start the nodes as one gang, then write the gang's
     membership record (every instance id and address), so nodes need not ask the provider
     who their peers are. The task's
     secret (which signs every record and result) goes to the nodes in their boot config and
     to a 0600 file on this machine, never to the store."""
+    refuse_launch(provider, spec)
     task_id = new_task_id(spec.name)
     secret = signing.new_secret()
     signing.save_task_secret(task_id, secret)

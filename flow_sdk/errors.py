@@ -6,6 +6,12 @@ import errno
 from dataclasses import dataclass
 
 
+def install_hint(what: str, *packages: str) -> str:
+    """``"SSH needs paramiko: pip install paramiko"``: every hint names the packages as the
+    package index knows them (this SDK itself installs from its checkout, not by name)."""
+    return f"{what} needs {', '.join(packages)}: pip install {' '.join(packages)}"
+
+
 class FlowError(Exception):
     """Base class of every error raised by flow-sdk."""
 
@@ -35,6 +41,10 @@ class ValidationError(FlowError, ValueError):
     @property
     def fields(self) -> list[str]:
         return [p.field for p in self.problems]
+
+
+class LaunchWarning(UserWarning):
+    """A plan that a launch would refuse as it stands (``app.plan`` warns, launching raises)."""
 
 
 class ProviderError(FlowError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flow_sdk._config import flow_home
-from flow_sdk.errors import PayloadError
+from flow_sdk.errors import PayloadError, install_hint
 
 DIST_NAME = "flow-gang-sdk"  # the distribution name; free on the public index (see README)
 PACKAGE = "flow_sdk"
@@ -140,10 +140,8 @@ def pinned_requirements(requires: Sequence[str], extras: Sequence[str] = NODE_EX
         try:
             pins[name.lower()] = f"{name}=={importlib.metadata.version(name)}"
         except importlib.metadata.PackageNotFoundError:
-            raise PayloadError(
-                f"the SDK needs {name!r} on the nodes, but it is not installed here, so its "
-                f"version cannot be pinned; pip install '{DIST_NAME}[{','.join(extras)}]'"
-            ) from None
+            raise PayloadError(install_hint("pinning the nodes' packages", name) + " (the "
+                               "nodes install this machine's version of each)") from None
     return tuple(sorted(pins.values()))
 
 

@@ -36,6 +36,12 @@ _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _VOLUME_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 MAX_BLOCK_VOLUME_GB = 16384  # EBS gp3
 
+# A worker's place in the gang: distributed_mode="auto" computes these (and FLOW_*, but for
+# the user's settings), so an ``environment`` value would give workers one rank or a wrong leader.
+GANG_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
+                  "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+USER_FLOW_VARIABLES = ("FLOW_MAX_RESULT_BYTES",)
+
 # Mounting over these (or under the first group) would break the node's operating system.
 _SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32",
                  "/lib64", "/boot", "/run")
@@ -44,6 +50,20 @@ _SYSTEM_EXACT = ("/", "/var", "/tmp", "/home", "/root", "/opt", "/srv", "/mnt")
 Priority = Literal["low", "med", "high"]
 DistributedMode = Literal["auto", "manual"]
 Interconnect = Literal["ethernet", "efa", "infiniband"]
+
+
+class _FieldValueError(ValueError):
+    """A check across fields that blames one of them (``build_task_spec`` names it)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def gang_variables_in(environment: dict[str, str]) -> list[str]:
+    """The names in ``environment`` that set a worker's place in the gang (sorted)."""
+    return sorted(k for k in environment if k in GANG_VARIABLES
+                  or (k.startswith("FLOW_") and k not in USER_FLOW_VARIABLES))
 
 
 class _Frozen(BaseModel):
@@ -312,40 +332,61 @@ class TaskSpec(_Frozen):
 
     @model_validator(mode="after")
     def _cross_field(self) -> TaskSpec:
+        self._check_workers()
+        self._check_paths()
+        if self.distributed_mode == "auto":
+            clashes = gang_variables_in(self.environment)
+            if clashes:
+                raise _FieldValueError("environment", (
+                    f"sets {', '.join(clashes)}: distributed_mode='auto' gives each worker its "
+                    "place in the gang through these; drop them from environment, or use "
+                    "distributed_mode='manual' to set the rendezvous yourself"))
+        return self
+
+    def _check_workers(self) -> None:
         if self.min_instances is not None and not 1 <= self.min_instances <= self.num_instances:
-            raise ValueError(f"min_instances must be between 1 and num_instances "
-                             f"({self.num_instances}), got {self.min_instances}")
+            raise _FieldValueError("min_instances", f"min_instances must be between 1 and "
+                                   f"num_instances ({self.num_instances}), got {self.min_instances}")
         if self.workers_per_node is not None:
             if not 1 <= self.workers_per_node <= MAX_WORKERS_PER_NODE:
-                raise ValueError(f"workers_per_node must be between 1 and {MAX_WORKERS_PER_NODE}")
+                raise _FieldValueError("workers_per_node", (
+                    f"workers_per_node must be between 1 and {MAX_WORKERS_PER_NODE}, got "
+                    f"{self.workers_per_node}; leave it unset for one worker per GPU (or one "
+                    "on a CPU node)"))
             if self.gpu is not None and self.gpu.count % self.workers_per_node:
-                raise ValueError(f"workers_per_node={self.workers_per_node} does not divide "
-                                 f"gpu={self.gpu} (each worker drives gpu count / "
-                                 "workers_per_node GPUs); drop workers_per_node")
+                raise _FieldValueError("workers_per_node", (
+                    f"workers_per_node={self.workers_per_node} does not divide gpu={self.gpu} "
+                    "(each worker drives gpu count / workers_per_node GPUs); drop "
+                    "workers_per_node"))
         if self.run_on == "head" and self.distributed_mode == "manual":
-            raise ValueError("run_on='head' needs distributed_mode='auto' (the other workers "
-                             "wait for the head's trainers on MASTER_PORT)")
+            raise _FieldValueError("run_on", "run_on='head' needs distributed_mode='auto' (the "
+                                   "other workers wait for the head's trainers on MASTER_PORT)")
         if self.distributed_mode == "manual" and self.workers_per_node not in (None, 1):
-            raise ValueError("distributed_mode='manual' runs one process per node; "
-                             "drop workers_per_node or use distributed_mode='auto'")
+            raise _FieldValueError("workers_per_node", (
+                "distributed_mode='manual' runs one process per node; drop workers_per_node "
+                "or use distributed_mode='auto'"))
+
+    def _check_paths(self) -> None:
         paths = sorted([*self.volumes, *self.mounts])
         for i, outer in enumerate(paths):  # every pair: "/a", "/a-b", "/a/b" sort apart
             for inner in paths[i + 1:]:
                 if inner == outer or inner.startswith(outer + "/"):
-                    raise ValueError(f"mount paths {outer!r} and {inner!r} overlap; "
-                                     "give each volume and mount its own directory")
+                    raise _FieldValueError("volumes" if inner in self.volumes else "mounts", (
+                        f"mount paths {outer!r} and {inner!r} overlap; give each volume and "
+                        "mount its own directory"))
         seen: dict[str, str] = {}
         for path, volume in sorted(self.volumes.items()):
             if volume.name in seen:
-                raise ValueError(f"volume {volume.name!r} is mounted at both {seen[volume.name]} "
-                                 f"and {path}; mount each volume once")
+                raise _FieldValueError("volumes", (
+                    f"volume {volume.name!r} is mounted at both {seen[volume.name]} and "
+                    f"{path}; mount each volume once"))
             seen[volume.name] = path
         for path, volume in self.volumes.items():
             if volume.interface == "block" and self.num_instances > 1:
-                raise ValueError(f"volume {volume.name!r} at {path} uses interface='block', which "
-                                 "attaches to one node only; use interface='file' for a "
-                                 "volume shared by all nodes")
-        return self
+                raise _FieldValueError("volumes", (
+                    f"volume {volume.name!r} at {path} uses interface='block', which attaches "
+                    f"to one node only, and the task has {self.num_instances} nodes; use "
+                    "interface='file' for a volume shared by all nodes"))
 
     @property
     def slots_per_node(self) -> int:
@@ -359,11 +400,6 @@ class TaskSpec(_Frozen):
     @property
     def world_size(self) -> int:
         return self.num_instances * self.slots_per_node
-
-
-def _field_name(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("function-before", "function-after")]
-    return ".".join(parts) or "task"
 
 
 def _clean_message(message: str) -> str:
@@ -387,6 +423,13 @@ def build_task_spec(**options: Any) -> TaskSpec:
     try:
         return TaskSpec(**options)
     except pydantic.ValidationError as exc:
-        raise ValidationError(
-            [FieldProblem(_field_name(e["loc"]), _clean_message(e["msg"])) for e in exc.errors()]
-        ) from None
+        raise ValidationError([_problem(e) for e in exc.errors()]) from None
+
+
+def _problem(error: Any) -> FieldProblem:
+    """One pydantic error as a FieldProblem; a cross-field check names the field it blames."""
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, _FieldValueError):
+        return FieldProblem(cause.field, str(cause))
+    parts = [str(p) for p in error["loc"] if p not in ("function-before", "function-after")]
+    return FieldProblem(".".join(parts) or "task", _clean_message(error["msg"]))

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, NamedTuple
 
 from flow_sdk.errors import (
+    install_hint,
     HostKeyMismatchError,
     SshError,
 )
@@ -48,7 +49,7 @@ def _require_paramiko() -> None:
     try:
         import paramiko  # noqa: F401
     except ImportError as exc:
-        raise SshError("SSH needs paramiko: pip install 'flow-gang-sdk[ssh]'") from exc
+        raise SshError(install_hint("SSH", "paramiko")) from exc
 
 
 def fingerprint(host_key: str) -> str:

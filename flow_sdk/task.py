@@ -317,8 +317,10 @@ class Task:
         labelled ``[flow]``), ``"agent"`` (the node agents' own lines), ``"boot"`` (each
         node's raw boot output, readable even when a node died before user code) or
         ``"all"``. ``follow=True`` yields lines as they are written until the task ends.
-        Logs outlive the nodes. A ``node`` the task lacks raises ``ValidationError``."""
+        Logs outlive the nodes. A ``node`` or ``rank`` the task lacks raises
+        ``ValidationError``."""
         self.check_node(node)
+        self.check_rank(rank)
         lines = self._logs.lines(node, tail, follow, since, source, rank)
         if follow:
             return (self._logs.format(ln) for ln in lines)
@@ -332,6 +334,7 @@ class Task:
         agent, boot and event lines), ``kind`` ("worker", "flow", "agent" or "boot") and
         ``text``, and ``line``, the labelled line ``logs()`` gives."""
         self.check_node(node)
+        self.check_rank(rank)
         return self._logs.entries(node, tail, follow, since, source, rank)
 
     def check_node(self, node: int | None) -> None:
@@ -344,8 +347,21 @@ class Task:
             return
         if not 0 <= node < count:
             raise ValidationError([FieldProblem("node", (
-                f"task {self.task_id} has {count} node(s), numbered 0 to {count - 1}; there is "
-                f"no node {node}"))])
+                f"task {self.task_id} has {count} node(s), 0..{count - 1}; there is no node "
+                f"{node}"))])
+
+    def check_rank(self, rank: int | None) -> None:
+        """Raise ``ValidationError`` when the task has no worker of global rank ``rank``."""
+        if rank is None:
+            return
+        try:
+            world = TaskSpec.model_validate(self.record().spec).world_size
+        except TaskNotFoundError:
+            return
+        if not 0 <= rank < world:
+            raise ValidationError([FieldProblem("rank", (
+                f"task {self.task_id} has {world} worker(s), ranks 0..{world - 1}; there is "
+                f"no rank {rank}"))])
 
     # -- ssh --------------------------------------------------------------------------------
 
@@ -361,7 +377,9 @@ class Task:
                             f"node {node}")
 
     def ssh_endpoint(self, node: int = 0) -> SshEndpoint:
-        """Where node ``node`` answers SSH, with the host key pinned when it launched."""
+        """Where node ``node`` answers SSH, with the host key pinned when it launched. A
+        ``node`` the task lacks raises ``ValidationError``, whether or not the task runs."""
+        self.check_node(node)
         status = self.status
         if status.is_terminal:
             raise SshUnavailableError(

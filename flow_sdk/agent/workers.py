@@ -89,7 +89,9 @@ class WorkerGroup:
 
     def start(self) -> None:
         for local_rank, extra in enumerate(self._envs):
-            rank = int(extra.get("RANK", extra["FLOW_NODE_RANK"]))
+            # the agent's own count, not the env's: in distributed_mode="manual" the user's
+            # environment may set RANK (or FLOW_NODE_RANK) for their own rendezvous
+            rank = self._node_rank * len(self._envs) + local_rank
             env = dict(os.environ)
             env.update(extra)
             env.update({"PYTHONUNBUFFERED": "1", "FLOW_AGENT_PID": str(os.getpid()),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import sys
 
+import click
+
 from flow_sdk.errors import (
     LaunchDeclinedError,
     SshError,
@@ -103,3 +105,33 @@ def _library_hint(exc: BaseException) -> str | None:
     if isinstance(exc, ConnectionError | TimeoutError):
         return f"network: {exc}"
     return None
+
+
+def usage_line(exc: click.UsageError) -> str:
+    """A usage error of the command line as one line: the flag (or argument) it is about, what
+    is wrong, and the fix (the command's usage, or where its options are listed)."""
+    ctx = exc.ctx
+    path = ctx.command_path if ctx is not None else "flow"
+    usage = (f"{path} {' '.join(ctx.command.collect_usage_pieces(ctx))}" if ctx is not None
+             else path)
+    helps = f"`{path} --help` lists the options"
+    if isinstance(exc, click.NoSuchOption):
+        close = f" (did you mean {', '.join(exc.possibilities)}?)" if exc.possibilities else ""
+        return f"{exc.option_name}: no such option for `{path}`{close}; {helps}"
+    if isinstance(exc, click.MissingParameter):
+        name = _param_name(exc.param, ctx) if exc.param is not None else (exc.param_hint or "")
+        return f"{name}: missing; write `{usage}`"
+    if isinstance(exc, click.BadParameter):
+        name = (exc.param_hint if isinstance(exc.param_hint, str) else
+                _param_name(exc.param, ctx) if exc.param is not None else path)
+        message = " ".join(exc.message.split()).rstrip(".")
+        return f"{name}: {message}" + ("" if ";" in message else f"; {helps}")
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    return message if ";" in message else f"{message}; write `{usage}` ({helps})"
+
+
+def _param_name(param: click.Parameter, ctx: click.Context | None) -> str:
+    """An option's longest flag (``--num-instances``), or an argument's metavar (``PATH``)."""
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return param.make_metavar(ctx) if ctx is not None else (param.name or "").upper()

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 import flow_sdk
-from flow_sdk.cli._exits import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED, error_code, one_line
+from flow_sdk.cli._exits import (
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    error_code,
+    one_line,
+    usage_line,
+)
 from flow_sdk.errors import FlowError
 
 
@@ -15,11 +22,20 @@ class _FlowGroup(click.Group):
     """Turns any error into one line on stderr and the exit code of the table; ``--debug``
     shows the traceback instead."""
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:  # the group's own options (`flow --bogus`)
+            _exit_one_line(exc)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.ClickException as exc:  # a command's options and arguments
+            _exit_one_line(exc)
         except KeyboardInterrupt:
             click.echo("\nflow: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
@@ -31,6 +47,17 @@ class _FlowGroup(click.Group):
                 line += f" ({type(exc).__name__}: unexpected; `flow --debug ...` shows where)"
             click.echo(line, err=True)
             ctx.exit(error_code(exc) if isinstance(exc, FlowError) else EXIT_FAILED)
+
+
+def _exit_one_line(exc: click.ClickException) -> NoReturn:
+    """Click's own errors as one line on stderr with their exit code (2 for usage errors);
+    a bare ``flow`` still prints the help."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        raise exc
+    line = usage_line(exc) if isinstance(exc, click.UsageError) else " ".join(
+        exc.format_message().split())
+    click.echo(f"flow: {line}", err=True)
+    raise click.exceptions.Exit(exc.exit_code) from None
 
 
 def _is_unexpected(exc: BaseException) -> bool:

@@ -14,7 +14,7 @@ from flow_sdk.cli._exits import EXIT_FAILED, EXIT_OK
 from flow_sdk.cli._main import main
 from flow_sdk.cli._options import F, backend, provider_config_of, spec_kwargs, spec_options
 from flow_sdk.cli._output import emit_json, table
-from flow_sdk.errors import FieldProblem, FlowError, ValidationError
+from flow_sdk.errors import FieldProblem, FlowError, ValidationError, install_hint
 from flow_sdk.providers import available_providers, get_provider
 from flow_sdk.providers.objects_gc import remove_finished_tasks
 from flow_sdk.spec import TaskSpec, build_task_spec
@@ -36,6 +36,8 @@ def plan(provider: str, provider_config: str | None, as_json: bool, **spec: Any)
     chosen = chosen_backend.plan(task_spec)
     data = {**dataclasses.asdict(chosen), "processes": chosen.processes,
             "cost_per_hour": chosen.cost_per_hour, "cost_at_cap": chosen.cost_at_cap}
+    for warning in chosen.warnings:  # a plan launches nothing: what a launch refuses, it warns
+        click.echo(f"flow: warning: a launch would be refused: {warning}", err=True)
     if as_json:
         emit_json(data)
         return
@@ -240,7 +242,7 @@ def catalog_refresh(regions: tuple[str, ...], as_json: bool) -> None:
     try:
         import boto3
     except ImportError as exc:
-        raise FlowError("catalog refresh needs boto3: pip install 'flow-gang-sdk[aws]'") from exc
+        raise FlowError(install_hint("catalog refresh", "boto3")) from exc
     from flow_sdk.catalog import refresh_catalog
 
     report = refresh_catalog(boto3.Session(), regions=list(regions) or None)

@@ -56,6 +56,19 @@ def _signals(detach: bool) -> Iterator[list[int]]:
             signal.signal(sig, previous)
 
 
+def _script_path(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """PATH, which exists; an option ``flow run`` lacks lands here (options after PATH are the
+    script's), so a PATH that looks like an option is reported as one."""
+    text = str(value)
+    if text.startswith("-") and not value.exists():
+        flags = [opt for p in ctx.command.params for opt in p.opts if opt.startswith("--")]
+        raise click.NoSuchOption(text.partition("=")[0], possibilities=flags, ctx=ctx)
+    if not value.exists():
+        raise click.BadParameter(f"{text!r} does not exist; give a script or a directory",
+                                 ctx=ctx, param=param)
+    return value
+
+
 @main.command(context_settings={"ignore_unknown_options": True,
                                 "allow_interspersed_args": False})
 @spec_options
@@ -69,7 +82,7 @@ def _signals(detach: bool) -> Iterator[list[int]]:
 @click.option("-q", "--quiet", is_flag=True, help="Show no phases (logs and the outcome only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout "
               "(logs go to stderr).")
-@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path), callback=_script_path)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(path: Path, args: tuple[str, ...], entrypoint: str | None, app_name: str, detach: bool,
         source: str, yes: bool, quiet: bool, as_json: bool, provider: str,
@@ -94,7 +107,7 @@ def run(path: Path, args: tuple[str, ...], entrypoint: str | None, app_name: str
     if not path.is_dir():
         local_module_files(path)  # an import it cannot follow stops here, before the plan
     task_spec = build_task_spec(app=app_name, name=name, provider=provider, **options)
-    problems = chosen.check(task_spec)
+    problems = chosen.check(task_spec) + chosen.launch_problems(task_spec)
     if problems:
         raise ValidationError(problems)
     plan = chosen.plan(task_spec)

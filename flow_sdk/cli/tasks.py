@@ -112,6 +112,7 @@ def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
 @main.command()
 @click.argument("task_ref", metavar="TASK")
 @click.option("--node", type=int, help="Only this node's lines.")
+@click.option("--rank", type=int, help="Only this worker's lines (its global rank).")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the task ends.")
 @click.option("--tail", type=int, help="Only the last N lines (then follow, with -f).")
 @click.option("--since", help="Only lines from this long ago (10m, 2h) or this epoch time.")
@@ -121,14 +122,14 @@ def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
                    "everything.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line: ts, node, rank, kind, text, line.")
-def logs(task_ref: str, node: int | None, follow: bool, tail: int | None, since: str | None,
-         source: str, as_json: bool) -> None:
+def logs(task_ref: str, node: int | None, rank: int | None, follow: bool, tail: int | None,
+         since: str | None, source: str, as_json: bool) -> None:
     """Print a task's logs, merged in time order: `[Node i] [HH:MM:SS] text`, with
     `[rank r]` after the time when a node runs several workers, and `[flow]` for the task's
     events (a lost node, a restart, its replacements, the generation)."""
     task = find_task(task_ref)
     for entry in task.log_entries(node=node, tail=tail, follow=follow,  # type: ignore[arg-type]
-                                  since=since_time(since), source=source):
+                                  since=since_time(since), source=source, rank=rank):
         click.echo(json.dumps(entry, sort_keys=True) if as_json else entry["line"])
     if follow:
         task.wait()  # the task ended: tear down what is left of its nodes

@@ -28,6 +28,7 @@ import httpx
 
 from flow_sdk.aws_clients import default_region
 from flow_sdk.data._errors import DataSourceError, MissingDependencyError
+from flow_sdk.errors import install_hint
 from flow_sdk.s3uri import S3UriError, split_s3_uri
 
 DEFAULT_READ_AHEAD = 8
@@ -41,10 +42,7 @@ def _import_boto3() -> tuple[ModuleType, ModuleType]:
         boto3 = importlib.import_module("boto3")
         botocore_config = importlib.import_module("botocore.config")
     except ImportError as exc:
-        raise MissingDependencyError(
-            "reading from s3:// needs boto3, which is not installed; "
-            "install it with: pip install 'flow-gang-sdk[aws]'"
-        ) from exc
+        raise MissingDependencyError(install_hint("reading from s3://", "boto3")) from exc
     return boto3, botocore_config
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from flow_sdk.data._convert import batch_to_numpy, check_numeric_schema
 from flow_sdk.data._errors import MissingDependencyError
+from flow_sdk.errors import install_hint
 from flow_sdk.data._pipeline import align, read_rows_for, rebatch_generic
 from flow_sdk.data._pipeline import prefetch as run_prefetched
 from flow_sdk.data._sharding import assign_row_groups
@@ -89,10 +90,7 @@ def _require_torch() -> Any:
     try:
         import torch
     except ImportError as exc:
-        raise MissingDependencyError(
-            "to_torch_dataset() needs torch, which is not installed; "
-            "install it with: pip install 'flow-gang-sdk[torch]'"
-        ) from exc
+        raise MissingDependencyError(install_hint("to_torch_dataset()", "torch")) from exc
     return torch
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from flow_sdk.data._convert import check_numeric_schema, convert_column
 from flow_sdk.data._errors import ColumnNotFoundError, MissingDependencyError
+from flow_sdk.errors import install_hint
 
 if TYPE_CHECKING:
     import xgboost
@@ -35,10 +36,7 @@ def _require_xgboost() -> Any:
     try:
         import xgboost
     except ImportError as exc:
-        raise MissingDependencyError(
-            "this needs xgboost, which is not installed; "
-            "install it with: pip install 'flow-gang-sdk[xgboost]'"
-        ) from exc
+        raise MissingDependencyError(install_hint("the XGBoost adapter", "xgboost")) from exc
     return xgboost
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from flow_sdk.errors import ProviderError
+from flow_sdk.errors import ProviderError, install_hint
 from flow_sdk.providers.base import (
     Instance,
     LaunchRequest,
@@ -19,6 +19,8 @@ from flow_sdk.providers.base import (
     Provider,
 )
 
+# What a built-in provider needs beyond the SDK's own dependencies (by index name).
+_PACKAGES = {"aws": ("boto3",)}
 _BUILTIN = {
     "local": "flow_sdk.providers.local:LocalProvider",
     "aws": "flow_sdk.providers.aws:AwsProvider",
@@ -44,8 +46,9 @@ def provider_class(name: str) -> type[Provider]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        extra = f" (pip install 'flow-gang-sdk[{name}]')" if name in _BUILTIN else ""
-        raise ProviderError(f"provider {name!r} cannot be loaded: {exc}{extra}") from exc
+        needs = _PACKAGES.get(name)
+        hint = f"; {install_hint(f'the {name} provider', *needs)}" if needs else ""
+        raise ProviderError(f"provider {name!r} cannot be loaded: {exc}{hint}") from exc
     cls = getattr(module, attr)
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
         raise ProviderError(f"{target} is not a flow_sdk Provider")

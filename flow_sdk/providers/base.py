@@ -71,6 +71,7 @@ class LaunchPlan:
     alternatives: int = 0  # further offers failover would try, in order
     workers_per_node: int = 1  # worker processes each node starts (one per GPU slot)
     summary: str = ""  # the plan in one line, for plans that are not a rented offer
+    warnings: tuple[str, ...] = ()  # why a launch of it would be refused (launch_problems)
 
     @property
     def processes(self) -> int:
@@ -305,6 +306,12 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         """Provider-specific problems with a spec, found before anything is launched."""
+
+    def launch_problems(self, spec: TaskSpec) -> list[FieldProblem]:
+        """What refuses a launch of ``spec`` but not its plan, which launches nothing (the
+        nodes' Python, for instance): ``plan`` shows these as warnings. Providers with none
+        keep this default."""
+        return []
 
     @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> list[Instance]:

@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from flow_sdk.aws_clients import make_client
-from flow_sdk.errors import VolumeError
+from flow_sdk.errors import VolumeError, install_hint
 from flow_sdk.s3uri import S3UriError, folder_prefix, split_s3_uri
 
 CHUNK_BYTES = 1024 * 1024
@@ -91,7 +91,8 @@ class Materialized:
 def s3_client(threads: int = DOWNLOAD_THREADS) -> Any:
     """A boto3 S3 client: standard credential chain, ``AWS_ENDPOINT_URL[_S3]`` honoured."""
     if importlib.util.find_spec("boto3") is None:
-        raise VolumeError("S3 mounts need boto3 on the nodes; install 'flow-gang-sdk[aws]'")
+        raise VolumeError(install_hint("an S3 mount", "boto3") + " where you launch (the "
+                          "nodes install the caller's versions)")
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     return make_client("s3", endpoint_url=endpoint or None,
                        max_pool_connections=max(10, threads))

@@ -178,7 +178,7 @@ def test_ctrl_c_cancels_the_run_and_exits_130(flow_home: Path, tmp_path: Path) -
     assert processes_with_env("FLOW_HOME", str(flow_home)) == []
 
 
-def test_plan_says_what_would_launch_without_launching() -> None:
+def test_plan_says_what_would_launch_without_launching(tmp_path: Path) -> None:
     local = flow("plan", "-N", "2", "--workers-per-node", "2")
     assert local.returncode == 0
     assert local.stdout.startswith("local: 2 processes on this machine")
@@ -193,9 +193,20 @@ def test_plan_says_what_would_launch_without_launching() -> None:
     table = flow("plan", "--provider", "aws", "--gpu", "h100:8", "--provider-config",
                  same_python)
     assert table.returncode == 0 and "p5.48xlarge" in table.stdout
+    # a plan launches nothing: another Python on the nodes is a warning naming both versions
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
     other = flow("plan", "--provider", "aws", "--gpu", "h100:8", "--provider-config",
                  '{"image_python": "3.99"}')
-    assert other.returncode == 2 and "image runs Python 3.99" in other.stderr
+    assert other.returncode == 0 and "p5.48xlarge" in other.stdout, other.stderr
+    [warning] = other.stderr.splitlines()
+    assert warning.startswith("flow: warning: a launch would be refused")
+    assert f"image runs Python 3.99, but this program runs Python {mine}" in warning
+    as_json = flow("plan", "--provider", "aws", "--gpu", "h100:8", "--json",
+                   "--provider-config", '{"image_python": "3.99"}')
+    assert "Python 3.99" in json.loads(as_json.stdout)["warnings"][0]
+    refused = flow("run", "--provider", "aws", "--gpu", "h100:8", "-y", "--provider-config",
+                   '{"image_python": "3.99"}', script(tmp_path, "hello.py", HELLO))
+    assert refused.returncode == 2 and "image runs Python 3.99" in refused.stderr
     impossible = flow("plan", "--provider", "aws", "--gpu", "h100:3", "--provider-config",
                       same_python)
     assert impossible.returncode == 2 and "h100:8" in impossible.stderr

@@ -52,8 +52,11 @@ def test_gpu_spec_rejections_name_the_problem(text: str, fragment: str) -> None:
     ({"gpus": "h100:8"}, "gpus", "did you mean 'gpu'"),
     ({"distributed_mode": "magic"}, "distributed_mode", "auto"),
     ({"environment": {"1BAD": "x"}}, "environment", "not valid shell names"),
-    ({"num_instances": 2, "min_instances": 3}, "task", "min_instances"),
-    ({"gpu": "h100:8", "workers_per_node": 3}, "task", "does not divide"),
+    ({"num_instances": 2, "min_instances": 3}, "min_instances", "between 1 and"),
+    ({"gpu": "h100:8", "workers_per_node": 3}, "workers_per_node", "does not divide"),
+    ({"workers_per_node": 0}, "workers_per_node", "between 1 and 256, got 0"),
+    ({"distributed_mode": "manual", "workers_per_node": 2}, "workers_per_node", "one process"),
+    ({"distributed_mode": "manual", "run_on": "head"}, "run_on", "needs distributed_mode"),
     ({"priority": "urgent"}, "priority", "low"),
     ({"boot_timeout_s": 0}, "boot_timeout_s", "greater than 0"),
     ({"boot_timeout_s": 90000}, "boot_timeout_s", "less than or equal to 86400"),
@@ -117,3 +120,35 @@ def test_mount_paths_rejected(path: str) -> None:
 def test_mount_paths_accepted() -> None:
     assert check_mount_path("/shared/ckpt") == "/shared/ckpt"
     assert check_mount_path("/data") == "/data"
+
+
+@pytest.mark.parametrize("name", ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                  "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                  "FLOW_NODE_RANK", "FLOW_MAIN_IP", "FLOW_RESULT_PATH"])
+def test_auto_mode_refuses_environment_that_sets_a_place_in_the_gang(name: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        build_task_spec(app="a", name="f", num_instances=2, environment={name: "99", "A": "1"})
+    assert info.value.fields == ["environment"]
+    message = info.value.problems[0].message
+    assert f"sets {name}:" in message
+    assert "drop them from environment" in message and "distributed_mode='manual'" in message
+
+
+def test_auto_mode_lists_every_gang_variable_it_refuses() -> None:
+    with pytest.raises(ValidationError) as info:
+        build_task_spec(app="a", name="f", environment={"WORLD_SIZE": "1", "RANK": "0",
+                                                        "NCCL_DEBUG": "INFO"})
+    assert "sets RANK, WORLD_SIZE:" in info.value.problems[0].message
+
+
+def test_manual_mode_leaves_the_rendezvous_variables_to_the_user() -> None:
+    env = {"RANK": "3", "MASTER_ADDR": "10.0.0.1", "FLOW_NODE_RANK": "1"}
+    spec = build_task_spec(app="a", name="f", num_instances=2, distributed_mode="manual",
+                           environment=env)
+    assert spec.environment == env
+
+
+def test_other_variables_pass_through_in_auto_mode() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "3",
+           "FLOW_MAX_RESULT_BYTES": "1000", "RANKING": "x", "MY_RANK": "y"}
+    assert build_task_spec(app="a", name="f", environment=env).environment == env

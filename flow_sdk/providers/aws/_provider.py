@@ -175,7 +175,6 @@ class AwsProvider(Provider):
         except (UnknownRegionError, OfferNotFoundError, CatalogError) as exc:
             problems.append(FieldProblem(exc.field, str(exc)))
         problems += self.runtime.check(spec)
-        problems += self._check_python(spec)
         if spec.image is not None and not _IMAGE_RE.match(spec.image):
             problems.append(FieldProblem(
                 "image", f"{spec.image!r} is not a container image reference such as "
@@ -232,10 +231,10 @@ class AwsProvider(Provider):
             f"runs; lower max_run_time_hours, or raise object_expiry_days to at least "
             f"{math.ceil(cap / 24)}"))]
 
-    def _check_python(self, spec: TaskSpec) -> list[FieldProblem]:
+    def launch_problems(self, spec: TaskSpec) -> list[FieldProblem]:
         """The nodes must run the caller's Python minor (cloudpickle does not cross minor
-        versions). A task image brings its own Python: its nodes' pip and agent refuse a
-        mismatch at boot, since it cannot be known here."""
+        versions): a launch refuses, a plan warns. A task image brings its own Python: its
+        nodes' pip and agent refuse a mismatch at boot, since it cannot be known here."""
         if spec.image is not None:
             return []
         mine = sdkwheel.python_version()
@@ -261,7 +260,8 @@ class AwsProvider(Provider):
         first = offers[0]
         return LaunchPlan(self.name, first.instance_type, first.region, first.market,
                           first.usd_per_hour, spec.num_instances, spec.max_run_time_hours,
-                          alternatives=len(offers) - 1, workers_per_node=spec.slots_per_node)
+                          alternatives=len(offers) - 1, workers_per_node=spec.slots_per_node,
+                          warnings=tuple(p.message for p in self.launch_problems(spec)))
 
     def _planned(self, spec: TaskSpec, what: str) -> list[Offer]:
         try:

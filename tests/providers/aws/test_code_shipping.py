@@ -9,7 +9,7 @@ import pytest
 from aws_moto_world import BUCKET, AwsWorld, Recorder, launch, spec
 
 from flow_sdk import FlowApp, ValidationError, protocol, sdkwheel
-from flow_sdk.errors import ProviderError
+from flow_sdk.errors import LaunchWarning, ProviderError
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._config import DLAMI_PYTHON, AwsConfig
 
@@ -36,26 +36,37 @@ def test_launch_stores_the_wheel_by_digest_and_the_user_data_names_it(
     assert [o["Key"] for o in listed["Contents"]] == ["flow/" + code["key"]]
 
 
-def test_an_image_of_another_python_is_refused_before_any_instance(aws: AwsWorld) -> None:
+def test_an_image_of_another_python_refuses_the_launch_and_warns_in_the_plan(
+        aws: AwsWorld) -> None:
     mine = sdkwheel.python_version()
-    problems = aws.provider(image_python="3.99").check(spec(priority="high"))
+    provider = aws.provider(image_python="3.99")
+    assert provider.check(spec(priority="high")) == []  # declaring and planning work
+    problems = provider.launch_problems(spec(priority="high"))
     assert [p.field for p in problems] == ["provider_config"]
     assert f"runs Python 3.99, but this program runs Python {mine}" in problems[0].message
     assert "image_python" in problems[0].message
+    assert provider.plan(spec(priority="high")).warnings == (problems[0].message,)
     app = FlowApp("py", provider="aws", provider_config=aws.config(image_python="3.99"))
+
+    @app.function(priority="high", quiet=True)
+    def train() -> None:
+        return None
+
+    with pytest.warns(LaunchWarning, match=f"Python 3.99, but this program runs Python {mine}"):
+        assert app.plan(train).instance_type
     with pytest.raises(ValidationError, match="Python 3.99"):
-        @app.function(priority="high")
-        def train() -> None:
-            return None
+        train.spawn()
     assert aws.instances() == []
     # a task image brings its own Python: its nodes refuse a mismatch at boot instead
-    assert aws.provider(image_python="3.99").check(
-        spec(priority="high", image="python:3.12")) == []
+    assert provider.launch_problems(spec(priority="high", image="python:3.12")) == []
+    same = aws.provider(image_python=mine)
+    assert same.launch_problems(spec(priority="high")) == []
+    assert same.plan(spec(priority="high")).warnings == ()
 
 
 def test_the_default_image_names_its_python_and_another_image_must(aws: AwsWorld) -> None:
     assert AwsConfig.from_mapping({"region": "us-east-1"}).node_python == DLAMI_PYTHON
-    problems = aws.provider(image_python=None, ami_id="ami-12345678").check(
+    problems = aws.provider(image_python=None, ami_id="ami-12345678").launch_problems(
         spec(priority="high"))
     assert [p.field for p in problems] == ["provider_config"]
     assert "add image_python" in problems[0].message

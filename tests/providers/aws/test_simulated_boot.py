@@ -150,8 +150,9 @@ def test_an_image_python_of_another_version_is_refused_before_launch(
     other.write_text("#!/bin/sh\necho 3.99\n")
     other.chmod(0o755)
     app = _sim(aws, python=str(other))
+    whoami = app.function(num_instances=2, priority="high", quiet=True)(_whoami)
     with pytest.raises(ValidationError, match=r"Python 3\.99.*Python 3\.\d+"):
-        app.function(num_instances=2, priority="high")(_whoami)
+        whoami.spawn()
     assert aws.instances() == []
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import errno
+import shlex
 from dataclasses import dataclass
 
 
 def install_hint(what: str, *packages: str) -> str:
     """``"SSH needs paramiko: pip install paramiko"``: every hint names the packages as the
     package index knows them (this SDK itself installs from its checkout, not by name)."""
-    return f"{what} needs {', '.join(packages)}: pip install {' '.join(packages)}"
+    return f"{what} needs {', '.join(packages)}: pip install {shlex.join(packages)}"
 
 
 class FlowError(Exception):

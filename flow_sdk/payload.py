@@ -37,8 +37,13 @@ def digest(data: bytes) -> str:
 
 
 def _installed_roots() -> tuple[Path, ...]:
+    """This interpreter's standard library and site directories, and every other site
+    directory on ``sys.path`` (one a ``.pth`` file names, such as a base image's packages
+    seen from a venv of its own): what is under them is installed, not the caller's code."""
     paths = sysconfig.get_paths()
     roots = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update(Path(entry).resolve() for entry in sys.path
+                 if Path(entry).name in ("site-packages", "dist-packages"))
     return tuple(sorted(roots))
 
 

@@ -146,7 +146,7 @@ class AwsSimProvider(AwsProvider):
         if simulate is not None and shutil.which("aws", path=bin_dir) is None:
             problems.append(FieldProblem("provider", (
                 f"the simulated nodes run the AWS CLI from {bin_dir}, and it is not installed "
-                f"there: {INSTALL_HINT}")))
+                f"there; {INSTALL_HINT}")))
         return problems
 
     def config(self) -> dict[str, Any]:

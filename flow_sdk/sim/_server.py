@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from flow_sdk.errors import ProviderError
+from flow_sdk.errors import ProviderError, install_hint
 from flow_sdk.providers import process
 
 STATE_FILE = "server.json"
@@ -35,7 +35,7 @@ LOCK_FILE = "server.lock"
 LOG_FILE = "server.log"
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
-INSTALL_HINT = "pip install 'moto[server]' awscli"
+INSTALL_HINT = install_hint("the simulated cloud", "moto[server]", "awscli")
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def ensure_server(home: Path, idle_stop_s: float) -> ServerState:
 def _start(home: Path, idle_stop_s: float) -> ServerState:
     if importlib.util.find_spec("moto") is None:
         raise ProviderError("the aws-sim provider runs a moto server, and moto is not installed "
-                            f"for {sys.executable}: {INSTALL_HINT}")
+                            f"for {sys.executable}; {INSTALL_HINT}")
     (home / STATE_FILE).unlink(missing_ok=True)
     with open(home / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(

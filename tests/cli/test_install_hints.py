@@ -51,14 +51,14 @@ def test_every_install_line_is_rendered_by_the_one_helper() -> None:
     modules = {module for module, _ in _hint_calls()}
     assert modules == {"ssh.py", "cli/infra.py", "data/_torch.py", "data/_s3.py",
                        "data/_xgboost.py", "volumes/s3mount.py", "providers/__init__.py",
-                       "sdkwheel.py"}
+                       "sdkwheel.py", "sim/_server.py"}
 
 
 def test_every_package_a_hint_names_is_a_real_distribution() -> None:
     named = {name for _, names in _hint_calls() for name in names}
-    assert named == {"paramiko", "boto3", "torch", "xgboost"}
+    assert named == {"paramiko", "boto3", "torch", "xgboost", "moto[server]", "awscli"}
     for name in named:  # installed in the dev environment from the index, by this name
-        assert importlib.metadata.version(name), name
+        assert importlib.metadata.version(name.split("[")[0]), name
     providers = __import__("flow_sdk.providers", fromlist=["_PACKAGES"])
     for packages in providers._PACKAGES.values():
         for name in packages:
@@ -66,6 +66,7 @@ def test_every_package_a_hint_names_is_a_real_distribution() -> None:
     assert "flow-gang-sdk" not in install_hint("x", "boto3")
     assert install_hint("SSH", "paramiko") == "SSH needs paramiko: pip install paramiko"
     assert install_hint("it", "a", "b") == "it needs a, b: pip install a b"
+    assert install_hint("it", "moto[server]") == "it needs moto[server]: pip install 'moto[server]'"
 
 
 def test_a_missing_paramiko_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:

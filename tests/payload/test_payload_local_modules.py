@@ -59,6 +59,29 @@ def test_a_module_used_by_name_travels_by_value(tmp_path: Path,
     assert payload._ship_by_value(json) is False and payload._ship_by_value(click) is False
 
 
+def test_a_site_directory_that_a_pth_file_adds_holds_installed_packages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a venv whose .pth names a base image's site-packages (the nodes' own layout): what is
+    # there is installed, so it stays a reference; the caller's folder beside it travels
+    image_site = tmp_path / "image" / "lib" / "python3" / "site-packages"
+    image_site.mkdir(parents=True)
+    (image_site / "imagepkg.py").write_text("def f():\n    return 1\n")
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "ownmod.py").write_text("def g():\n    return 2\n")
+    monkeypatch.syspath_prepend(str(image_site))
+    monkeypatch.syspath_prepend(str(own))
+    import imagepkg  # type: ignore[import-not-found]
+    import ownmod  # type: ignore[import-not-found]
+
+    try:
+        assert payload._ship_by_value(imagepkg) is False
+        assert payload._ship_by_value(ownmod) is True
+    finally:
+        sys.modules.pop("imagepkg")
+        sys.modules.pop("ownmod")
+
+
 def test_include_names_importable_modules_only() -> None:
     with pytest.raises(PayloadError, match="no_such_module_here"):
         payload.pack_call(len, ((),), {}, include=["no_such_module_here"])

@@ -128,4 +128,5 @@ def test_a_launch_is_refused_when_the_image_has_no_aws_cli(home: Path, tmp_path:
     problems = without_cli.check(spec)
     assert [(p.field, p.message) for p in problems] == [(
         "provider", f"the simulated nodes run the AWS CLI from {bare}, and it is not installed "
-        "there: pip install 'moto[server]' awscli")]
+        "there; the simulated cloud needs moto[server], awscli: pip install 'moto[server]' "
+        "awscli")]

@@ -1,14 +1,16 @@
 """What the simulated account's moto server lacks and flow calls: EC2 placement groups
 (``CreatePlacementGroup``, ``DescribePlacementGroups``, ``DeletePlacementGroup``), kept in
 this server process's memory, per account and region. Installed once by ``install()`` in the
-server process (``_serve``), never in a caller's."""
+server process (``_serve``), never in a caller's; the tests' in-process moto takes ``ACTIONS``."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
-_GROUPS: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+# Placement groups by (account, region), then by name.
+PLACEMENT_GROUPS: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
 
 
 def _error(code: str, message: str) -> Exception:
@@ -21,7 +23,7 @@ def _create(self: Any) -> Any:
     from moto.core.responses import ActionResult
 
     name = self._get_param("GroupName")
-    groups = _GROUPS[(self.current_account, self.region)]
+    groups = PLACEMENT_GROUPS[(self.current_account, self.region)]
     if name in groups:
         raise _error("InvalidPlacementGroup.Duplicate",
                      f"The placement group '{name}' already exists.")
@@ -48,7 +50,7 @@ def _matches(group: dict[str, Any], name: str, values: list[str]) -> bool:
 def _describe(self: Any) -> Any:
     from moto.core.responses import ActionResult
 
-    groups = list(_GROUPS[(self.current_account, self.region)].values())
+    groups = list(PLACEMENT_GROUPS[(self.current_account, self.region)].values())
     for name, values in self._filters_from_querystring().items():
         groups = [g for g in groups if _matches(g, name, list(values))]
     names = self._get_param("GroupNames", [])
@@ -61,7 +63,7 @@ def _delete(self: Any) -> Any:
     from moto.core.responses import ActionResult
 
     name = self._get_param("GroupName")
-    groups = _GROUPS[(self.current_account, self.region)]
+    groups = PLACEMENT_GROUPS[(self.current_account, self.region)]
     if name not in groups:
         raise _error("InvalidPlacementGroup.Unknown",
                      f"The Placement Group '{name}' is unknown.")
@@ -69,11 +71,15 @@ def _delete(self: Any) -> Any:
     return ActionResult({})
 
 
+# moto's EC2 responder methods, by name, that serve the placement-group actions.
+ACTIONS: dict[str, Callable[[Any], Any]] = {"create_placement_group": _create,
+                                            "describe_placement_groups": _describe,
+                                            "delete_placement_group": _delete}
+
+
 def install() -> None:
     """Give moto's EC2 responder the placement-group actions (this process only)."""
     from moto.ec2.responses import EC2Response
 
-    for name, fn in (("create_placement_group", _create),
-                     ("describe_placement_groups", _describe),
-                     ("delete_placement_group", _delete)):
+    for name, fn in ACTIONS.items():
         setattr(EC2Response, name, fn)

@@ -30,7 +30,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.core.responses import ActionResult
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2 import utils as moto_ec2_utils
 from moto.ec2.responses import EC2Response
@@ -45,6 +44,7 @@ from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
 from flow_sdk.providers.aws._simulate import SimulateConfig, SimulatedNodes
 from flow_sdk.providers.base import Instance, LaunchRequest
+from flow_sdk.sim._gaps import ACTIONS, PLACEMENT_GROUPS
 from flow_sdk.spec import TaskSpec, build_task_spec
 
 # Where a rendered bootstrap fetches its SDK wheel (user-data tests render with this).
@@ -72,54 +72,8 @@ def loopback_only(self: socket.socket, address: Any) -> None:
 
 # -- what moto 5.2.1 lacks ------------------------------------------------------------------
 
-# Placement groups: moto 5.2.1 answers "not implemented". State per (account, region).
-PLACEMENT_GROUPS: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
-
-
-def _pg_error(code: str, message: str) -> Exception:
-    from moto.ec2.exceptions import EC2ClientError
-    return EC2ClientError(code, message)
-
-
-def _create_placement_group(self: Any) -> ActionResult:
-    name = self._get_param("GroupName")
-    groups = PLACEMENT_GROUPS[(self.current_account, self.region)]
-    if name in groups:
-        raise _pg_error("InvalidPlacementGroup.Duplicate",
-                        f"The placement group '{name}' already exists.")
-    tags = self._parse_tag_specification().get("placement-group", {})
-    group = {"GroupName": name, "State": "available", "Strategy": self._get_param("Strategy"),
-             "GroupId": f"pg-{len(groups) + 1:017x}",
-             "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
-    groups[name] = group
-    return ActionResult({"PlacementGroup": group})
-
-
-def _describe_placement_groups(self: Any) -> ActionResult:
-    groups = list(PLACEMENT_GROUPS[(self.current_account, self.region)].values())
-    for name, values in self._filters_from_querystring().items():
-        if name.startswith("tag:"):
-            key = name[4:]
-            groups = [g for g in groups
-                      if any(t["Key"] == key and t["Value"] in values for t in g["Tags"])]
-        elif name == "tag-key":
-            groups = [g for g in groups if any(t["Key"] in values for t in g["Tags"])]
-        elif name == "group-name":
-            groups = [g for g in groups if g["GroupName"] in values]
-    names = self._get_param("GroupNames", [])
-    if names:
-        groups = [g for g in groups if g["GroupName"] in names]
-    return ActionResult({"PlacementGroups": groups})
-
-
-def _delete_placement_group(self: Any) -> ActionResult:
-    name = self._get_param("GroupName")
-    groups = PLACEMENT_GROUPS[(self.current_account, self.region)]
-    if name not in groups:
-        raise _pg_error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is "
-                        "unknown.")
-    del groups[name]
-    return ActionResult({})
+# Placement groups: moto 5.2.1 answers "not implemented"; the simulated cloud's server
+# serves them (flow_sdk.sim._gaps), and so does the tests' in-process moto.
 
 
 def profile_for_every_instance(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -443,9 +397,6 @@ class Ec2Faults:
 
 
 S3_RESPONDERS = ("_bucket_response", "_key_response")  # every bucket and object request
-PLACEMENT_GROUP_ACTIONS = {"create_placement_group": _create_placement_group,
-                           "describe_placement_groups": _describe_placement_groups,
-                           "delete_placement_group": _delete_placement_group}
 
 
 def faulty_run_instances(faults: Ec2Faults) -> Callable[..., Any]:
@@ -534,7 +485,7 @@ def moto_gaps() -> Iterator[None]:
     s3_originals = {name: getattr(S3Response, name) for name in S3_RESPONDERS}
     filters = moto_ec2_utils.filter_dict_attribute_mapping
     if _gaps_users[0] == 1:
-        for name, fn in PLACEMENT_GROUP_ACTIONS.items():
+        for name, fn in ACTIONS.items():
             setattr(EC2Response, name, fn)
         setattr(EC2Response, "run_instances", profile_for_every_instance(original))  # noqa: B010
         for name, fn in s3_originals.items():
@@ -547,7 +498,7 @@ def moto_gaps() -> Iterator[None]:
         if _gaps_users[0] == 0:
             setattr(EC2Response, "run_instances", original)  # noqa: B010
             filters.pop("client-token", None)
-            for name in PLACEMENT_GROUP_ACTIONS:
+            for name in ACTIONS:
                 delattr(EC2Response, name)
             for name, fn in s3_originals.items():
                 setattr(S3Response, name, fn)

@@ -48,7 +48,8 @@ TERMINAL_STATUSES: tuple[str, ...] = tuple(s.value for s in TaskStatus if s.is_t
 
 
 class NodePhase(str, Enum):
-    """Where a node is in its task, as its agent writes it into its ``NodeRecord``."""
+    """Where a node is in its task, as its agent writes it into its ``NodeRecord``. DONE,
+    FAILED and RESTARTING are also how a generation ended on the node."""
 
     RENDEZVOUS = "rendezvous"  # discovered its rank, waiting for the others
     RUNNING = "running"  # its workers run the function
@@ -61,20 +62,6 @@ class NodePhase(str, Enum):
 
 
 NODE_PHASES: tuple[str, ...] = tuple(p.value for p in NodePhase)
-
-
-class NodeEvent(str, Enum):
-    """What ended a node agent's watch over its workers and the store."""
-
-    SUCCEEDED = "succeeded"  # every worker of the task succeeded
-    FAILED = "failed"  # a worker, a node or the runtime cap failed the task
-    STOPPED = "stopped"  # the task was cancelled, or this node is being stopped
-
-    def __str__(self) -> str:
-        return self.value
-
-
-NODE_EVENTS: tuple[str, ...] = tuple(e.value for e in NodeEvent)
 
 
 class StreamKind(str, Enum):

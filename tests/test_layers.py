@@ -73,6 +73,23 @@ def test_an_upward_import_from_a_provider_breaks_the_contracts(tmp_path: Path) -
     assert WRONG_IMPORT in after.stdout, after.stdout
 
 
+def test_an_upward_import_inside_the_agent_breaks_its_parts_contract(tmp_path: Path) -> None:
+    name = _contracts()["agent-parts"]["name"]
+    clean = _copy_tree(tmp_path / "clean")
+    broken = _copy_tree(tmp_path / "broken")
+    records = broken / "flow_sdk" / "agent" / "records.py"
+    records.write_text(records.read_text(encoding="utf-8") + "\nimport flow_sdk.agent.watch\n",
+                       encoding="utf-8")
+
+    before = _lint(clean, "agent-parts")
+    after = _lint(broken, "agent-parts")
+
+    assert before.returncode == 0, before.stdout + before.stderr
+    assert after.returncode != 0, after.stdout + after.stderr
+    assert f"{name} BROKEN" in after.stdout, after.stdout
+    assert "flow_sdk.agent.records -> flow_sdk.agent.watch" in after.stdout, after.stdout
+
+
 def _module_level_imports(path: Path) -> set[str]:
     """Modules imported by statements that run when ``path`` is imported (anything outside
     a function body; class bodies and ``if``/``try`` blocks at module level count)."""

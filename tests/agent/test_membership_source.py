@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from flow_sdk import protocol, signing
-from flow_sdk.agent import main as agent_main
+from flow_sdk.agent import generation
 from flow_sdk.agent.main import Agent
 from flow_sdk.protocol import BootConfig, GangMember, MembershipRecord
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import Instance
 from flow_sdk.rendezvous import Membership, assign_ranks
-from flow_sdk.spec import build_task_spec
+from flow_sdk.spec import TaskSpec, build_task_spec
 
 TASK = "members-20260101-000000-abcdef"
 IDS = ("i-0c", "i-0a", "i-0b")
@@ -40,7 +40,7 @@ def _agent(me: str, tmp_path: Path, secret: str) -> tuple[Agent, Counted]:
     agent = Agent(BootConfig(TASK, "local", provider.config(), secret=secret), me,
                   f"10.0.0.{me[-1]}", tmp_path)
     listed = Counted()
-    agent.provider.list_instances = listed  # type: ignore[method-assign]
+    agent.node.provider.list_instances = listed  # type: ignore[method-assign]
     return agent, listed
 
 
@@ -50,7 +50,7 @@ def _record(generation: int, ids: tuple[str, ...], address: str = "10.0.0.") -> 
 
 
 def _write(agent: Agent, secret: str, generation: int, record: MembershipRecord) -> None:
-    signed = signing.SignedStore(agent.provider.store, signing.secret_from_hex(secret))
+    signed = signing.SignedStore(agent.node.provider.store, signing.secret_from_hex(secret))
     signed.put_record(protocol.membership_key(TASK, generation), record)
 
 
@@ -60,7 +60,12 @@ def _listed_membership(me: str) -> Membership:
 
 @pytest.fixture()
 def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_main, "MEMBERSHIP_GRACE_S", 0.3)
+    monkeypatch.setattr(generation, "MEMBERSHIP_GRACE_S", 0.3)
+
+
+def _members(agent: Agent, generation_number: int, spec: TaskSpec) -> Membership:
+    return generation.membership(agent.node, generation_number, spec,
+                                 spec.availability_timeout_s)
 
 
 SPEC = build_task_spec(app="t", name="members", num_instances=3)
@@ -72,14 +77,14 @@ def test_the_record_gives_every_node_the_ranks_the_list_gives_without_listing(
     for me in IDS:
         agent, listed = _agent(me, tmp_path, secret)
         _write(agent, secret, 0, _record(0, IDS))
-        assert agent._membership(0, SPEC, SPEC.availability_timeout_s) == _listed_membership(me)
+        assert _members(agent, 0, SPEC) == _listed_membership(me)
         assert listed.calls == 0
 
 
 def test_an_absent_record_falls_back_to_the_provider_list(tmp_path: Path,
                                                           short_grace: None) -> None:
     agent, listed = _agent("i-0b", tmp_path, signing.new_secret())
-    assert agent._membership(0, SPEC, SPEC.availability_timeout_s) == _listed_membership("i-0b")
+    assert _members(agent, 0, SPEC) == _listed_membership("i-0b")
     assert listed.calls == 1
 
 
@@ -87,7 +92,7 @@ def test_a_stale_record_without_this_node_falls_back(tmp_path: Path) -> None:
     secret = signing.new_secret()
     agent, listed = _agent("i-0c", tmp_path, secret)
     _write(agent, secret, 0, _record(0, ("i-0a", "i-0b", "i-09")))  # i-0c replaced i-09
-    assert agent._membership(0, SPEC, SPEC.availability_timeout_s) == _listed_membership("i-0c")
+    assert _members(agent, 0, SPEC) == _listed_membership("i-0c")
     assert listed.calls == 1
 
 
@@ -96,7 +101,7 @@ def test_a_forged_record_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
     agent, listed = _agent("i-0a", tmp_path, secret)
     # the same gang with an attacker's address as the leader, sealed with another secret
     _write(agent, signing.new_secret(), 0, _record(0, IDS, address="203.0.113."))
-    membership = agent._membership(0, SPEC, SPEC.availability_timeout_s)
+    membership = _members(agent, 0, SPEC)
     assert membership == _listed_membership("i-0a")
     assert membership.leader_address == "10.0.0.a"
     assert listed.calls == 1
@@ -108,7 +113,7 @@ def test_a_later_generation_reads_its_own_record(tmp_path: Path, short_grace: No
     agent, listed = _agent("i-0d", tmp_path, secret)
     _write(agent, secret, 0, _record(0, IDS))
     _write(agent, secret, 1, _record(1, ("i-0a", "i-0b", "i-0d")))  # i-0d replaced i-0c
-    membership = agent._membership(1, SPEC, SPEC.availability_timeout_s)
+    membership = _members(agent, 1, SPEC)
     assert (membership.node_rank, membership.instance_ids) == (2, ("i-0a", "i-0b", "i-0d"))
     assert listed.calls == 0
 
@@ -118,5 +123,5 @@ def test_a_task_that_may_start_short_lists_which_nodes_run(tmp_path: Path) -> No
     agent, listed = _agent("i-0a", tmp_path, secret)
     _write(agent, secret, 0, _record(0, IDS))
     spec = build_task_spec(app="t", name="members", num_instances=3, min_instances=2)
-    assert agent._membership(0, spec, spec.availability_timeout_s) == _listed_membership("i-0a")
+    assert _members(agent, 0, spec) == _listed_membership("i-0a")
     assert listed.calls == 1

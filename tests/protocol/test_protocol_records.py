@@ -11,13 +11,11 @@ import pytest
 from flow_sdk import protocol, signing
 from flow_sdk.errors import FlowError, RecordError
 from flow_sdk.protocol import (
-    NODE_EVENTS,
     NODE_PHASES,
     STREAM_KINDS,
     TERMINAL_STATUSES,
     GangMember,
     MembershipRecord,
-    NodeEvent,
     NodePhase,
     NodeRecord,
     Outcome,
@@ -31,12 +29,10 @@ from flow_sdk.task import Task
 
 def test_the_allowed_values_are_the_enums_values() -> None:
     assert NODE_PHASES == ("rendezvous", "running", "restarting", "done", "failed")
-    assert NODE_EVENTS == ("succeeded", "failed", "stopped")
     assert STREAM_KINDS == ("node", "agent", "boot")
     assert TERMINAL_STATUSES == ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
     assert all(TaskStatus(s).is_terminal for s in TERMINAL_STATUSES)
-    assert {str(NodePhase.RESTARTING), str(NodeEvent.STOPPED), str(StreamKind.BOOT)} == {
-        "restarting", "stopped", "boot"}
+    assert {str(NodePhase.RESTARTING), str(StreamKind.BOOT)} == {"restarting", "boot"}
 
 
 def test_stream_kinds_match_the_stream_names() -> None:

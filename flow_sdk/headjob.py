@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from flow_sdk import current, payload, signing
 from flow_sdk.errors import FlowError
-from flow_sdk.providers.process import free_port
+from flow_sdk.procs import free_port
 
 if TYPE_CHECKING:
     from flow_sdk.spec import TaskSpec

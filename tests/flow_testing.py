@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from flow_sdk import protocol
-from flow_sdk.providers._sshd import pids_with_env
+from flow_sdk.procs import pids_with_env
 from flow_sdk.providers.local import LocalProvider
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,3 +132,31 @@ def test_the_module_level_scan_sees_imports_outside_functions(tmp_path: Path) ->
                       "class C:\n    import xgboost\n"
                       "def f():\n    import pyarrow\n", encoding="utf-8")
     assert _module_level_imports(module) == {"json", "torch", "xgboost"}
+
+
+@pytest.mark.parametrize(("module", "chain", "direct"), [
+    ("headjob.py", "flow_sdk.headjob -> flow_sdk.providers.local", True),
+    # indirect: the agent imports the providers package, which would import the local
+    # provider; the older interface-only contract allows that chain, this one does not
+    ("providers/__init__.py", "flow_sdk.providers -> flow_sdk.providers.local", False),
+])
+def test_node_code_that_reaches_the_local_provider_breaks_the_contract(
+        tmp_path: Path, module: str, chain: str, direct: bool) -> None:
+    name = _contracts()["node-code-not-local"]["name"]
+    clean = _copy_tree(tmp_path / "clean")
+    broken = _copy_tree(tmp_path / "broken")
+    path = broken / "flow_sdk" / module
+    path.write_text(path.read_text(encoding="utf-8") + "import flow_sdk.providers.local\n",
+                    encoding="utf-8")
+
+    before = _lint(clean, "node-code-not-local")
+    after = _lint(broken, "node-code-not-local", "interface-only")
+
+    assert before.returncode == 0, before.stdout + before.stderr
+    assert f"{name} KEPT" in before.stdout, before.stdout
+    assert after.returncode != 0, after.stdout + after.stderr
+    assert f"{name} BROKEN" in after.stdout, after.stdout
+    assert chain in after.stdout, after.stdout
+    if not direct:
+        old = re.escape(_contracts()["interface-only"]["name"])
+        assert re.search(old + r"\s*KEPT", after.stdout), after.stdout

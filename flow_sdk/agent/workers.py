@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flow_sdk import protocol
-from flow_sdk.providers import process
+from flow_sdk import procs as process
 from flow_sdk.providers.base import LogRecord, LogStore
 
 TAIL_LINES = 40

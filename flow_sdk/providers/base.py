@@ -41,10 +41,10 @@ class Instance:
     state: InstanceState
     launched_at: float
     ssh: SshEndpoint | None = None
-    usd_per_hour: float = 0.0  # what this node costs while it runs (0 for local processes)
-    market: str = "local"  # "on-demand" | "spot" | "local"
-    instance_type: str = "local-process"
+    usd_per_hour: float = 0.0  # what this node costs while it runs
     zone: str | None = None
+    market: str = field(kw_only=True)  # "on-demand" | "spot" | "local"
+    instance_type: str = field(kw_only=True)  # the provider's name for the machine
 
 
 @dataclass(frozen=True)
@@ -355,15 +355,9 @@ class Provider(abc.ABC):
         must be cheap. Providers whose nodes cannot be interrupted keep this default."""
         return None
 
+    @abc.abstractmethod
     def plan(self, spec: TaskSpec) -> LaunchPlan:
-        """The offer ``launch`` would try first. Providers that rent machines override this;
-        the default describes nodes that cost nothing (processes on this machine)."""
-        workers = spec.slots_per_node
-        return LaunchPlan(self.name, "local-process", "local", "local", 0.0, spec.num_instances,
-                          spec.max_run_time_hours, workers_per_node=workers,
-                          summary=f"{self.name}: {spec.num_instances} processes on this machine "
-                                  f"(one agent per node), {workers} worker(s) each; costs "
-                                  "nothing")
+        """The offer ``launch`` would try first (``flow plan``; it launches nothing)."""
 
     def rendezvous_ports(self) -> tuple[int, int]:
         """(agent store port, MASTER_PORT) for a new task. Cloud nodes own their ports. The

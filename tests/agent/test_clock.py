@@ -6,7 +6,7 @@ from pathlib import Path
 
 from flow_sdk import protocol, signing
 from flow_sdk.agent import clock
-from flow_sdk.providers.files import FileObjectStore
+from flow_sdk.providers.local import FileObjectStore
 from flow_sdk.spec import build_task_spec
 
 

@@ -31,7 +31,8 @@ class Counted:
 
     def __call__(self, task_id: str) -> list[Instance]:
         self.calls += 1
-        return [Instance(iid, task_id, f"10.0.0.{iid[-1]}", "running", 0.0)
+        return [Instance(iid, task_id, f"10.0.0.{iid[-1]}", "running", 0.0, market="local",
+                         instance_type="local-process")
                 for iid in sorted(IDS)]
 
 

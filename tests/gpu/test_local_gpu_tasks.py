@@ -14,7 +14,7 @@ import torch
 from flow_sdk import FlowApp, TaskStatus
 from flow_sdk.catalog.gpus import GPU_MODELS
 from flow_sdk.errors import ProviderError, ValidationError
-from flow_sdk.providers._local_gpus import model_matches
+from flow_sdk.providers.local._gpus import model_matches
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUS = torch.cuda.device_count()

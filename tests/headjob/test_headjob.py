@@ -14,7 +14,7 @@ import pytest
 
 from flow_sdk import headjob
 from flow_sdk.errors import ValidationError
-from flow_sdk.providers.process import free_port
+from flow_sdk.procs import free_port
 from flow_sdk.spec import build_task_spec
 
 KEY = secrets.token_bytes(32)

@@ -6,7 +6,7 @@ import pytest
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.base import LogRecord
-from flow_sdk.providers.files import FileLogStore, FileObjectStore
+from flow_sdk.providers.local import FileLogStore, FileObjectStore
 
 
 def test_object_store_put_get_list_delete(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from flow_sdk import FlowApp, Task, TaskStatus
 from flow_sdk.errors import ProviderError, ValidationError
-from flow_sdk.providers import _local_gpus as lg
-from flow_sdk.providers._local_gpus import GpuRegistry, GpusBusyError, GpuShortageError, LocalGpu
+from flow_sdk.providers.local import _gpus as lg
+from flow_sdk.providers.local._gpus import GpuRegistry, GpusBusyError, GpuShortageError, LocalGpu
 
 H100 = "NVIDIA H100 80GB HBM3"
 L40S = "NVIDIA L40S"

@@ -12,7 +12,7 @@ import pytest
 
 from flow_sdk import signing
 from flow_sdk.errors import SignatureError, TaskSecretError
-from flow_sdk.providers.files import FileObjectStore
+from flow_sdk.providers.local import FileObjectStore
 
 SECRET = signing.secret_from_hex(signing.new_secret())
 OTHER = signing.secret_from_hex(signing.new_secret())

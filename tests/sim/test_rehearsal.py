@@ -16,7 +16,7 @@ import pytest
 from flow_testing import wait_until
 
 from flow_sdk.providers.aws._siminstance import INSTANCE_ENV
-from flow_sdk.providers.process import is_alive
+from flow_sdk.procs import is_alive
 from flow_sdk.sim._server import read_state
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from flow_testing import wait_until
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.process import is_alive
+from flow_sdk.procs import is_alive
 from flow_sdk.providers.aws import AwsConfig
 from flow_sdk.sim import AwsSimProvider, SimSettings, sim_home
 from flow_sdk.sim._provider import dummy_session

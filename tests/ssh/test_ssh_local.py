@@ -13,7 +13,7 @@ import pytest
 from flow_testing import node_ssh_dir, node_workdir, processes_with_env, wait_until
 
 from flow_sdk import FlowApp, Task, TaskStatus
-from flow_sdk.providers import _sshd
+from flow_sdk.providers.local import _sshd
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.errors import HostKeyMismatchError, SshError, SshUnavailableError
 from flow_sdk.ssh import SshResult, fingerprint
@@ -33,7 +33,7 @@ def hold() -> None:
 @pytest.fixture(scope="module", autouse=True)
 def _sshd_installed() -> None:
     if _sshd.find_sshd() is None:
-        pytest.fail("these tests need an OpenSSH server: " + _sshd.install_hint())
+        pytest.fail("these tests need an OpenSSH server: " + _sshd.sshd_install_hint())
 
 
 def _running(task: Task) -> LocalProvider:

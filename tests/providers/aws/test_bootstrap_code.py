@@ -17,7 +17,7 @@ from aws_moto_world import NODE_CODE
 
 from flow_sdk import sdkwheel
 from flow_sdk.providers.aws import _userdata
-from flow_sdk.providers.process import pids_with_env, stop_pids
+from flow_sdk.procs import pids_with_env, stop_pids
 
 
 def _script(**code: str) -> str:

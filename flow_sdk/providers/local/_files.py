@@ -1,4 +1,4 @@
-"""An object store and a log store on a directory (used by the local provider)."""
+"""The local provider's object store and log store: files in a directory."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import IO
+from typing import IO, ClassVar
 
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore, safe_part
 
@@ -131,3 +131,15 @@ class FileLogStore(LogStore):
             ts, _, text = raw.decode("utf-8", errors="replace").partition("\t")
             records.append(LogRecord(float(ts), text))
         return records, cursor + end
+
+
+class LocalLogStore(FileLogStore):
+    """The file log store, plus where a stream's file lives (the keeper appends to it).
+
+    Writers on this machine append each line right after stamping it: a follow need hold
+    lines back only for a thread that is descheduled in between."""
+
+    write_delay_s: ClassVar[float] = 0.1
+
+    def stream_path(self, task_id: str, stream: str) -> Path:
+        return self._path(task_id, stream)

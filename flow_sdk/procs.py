@@ -1,0 +1,144 @@
+"""Finding and stopping processes on this machine (Linux ``/proc`` first), and free ports.
+
+The bottom layer beside ``errors``: the node agent's workers, the head job and every provider
+whose nodes are processes here use it, and no provider owns it. Standard library only, and it
+imports nothing of ``flow_sdk``: the local nodes' keeper loads this file by path, without
+site-packages or the package.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+__all__ = ["free_port", "is_alive", "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
+
+
+def _state(stat: str) -> str:
+    """The state letter of a ``/proc/<pid>/stat`` line (after the command in parentheses)."""
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def pids_with_env(key: str, values: Collection[str]) -> list[int]:
+    """PIDs of live processes (not this one) whose environment sets ``key`` to one of
+    ``values`` (Linux ``/proc``; empty elsewhere)."""
+    needles = {f"{key}={value}".encode() for value in values}
+    found: list[int] = []
+    proc_root = Path("/proc")
+    if not needles or not proc_root.is_dir():
+        return found
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = _state((entry / "stat").read_text())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if state not in ("Z", "X") and not needles.isdisjoint(environ.split(b"\0")):
+            found.append(int(entry.name))
+    return found
+
+
+def stop_pids(pids: Sequence[int], grace_s: float = 2.0) -> list[int]:
+    """SIGTERM each process, SIGKILL those left after ``grace_s``; returns those signalled."""
+    signalled = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        signalled.append(pid)
+    deadline = time.monotonic() + grace_s
+    alive = list(signalled)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in alive if _running(pid)]
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    return signalled
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = _state(Path(f"/proc/{pid}/stat").read_text())
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), or None when it is gone.
+
+    Pairs with the pid to tell a live process from a later one that reused its pid.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def is_alive(pid: int, ticks: int | None) -> bool:
+    if Path("/proc/self/stat").exists():
+        return start_ticks(pid) is not None and (ticks is None or start_ticks(pid) == ticks)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, grace_s: float = 3.0, reap: Callable[[], None] | None = None) -> None:
+    """SIGTERM a process group, then SIGKILL whatever is left after ``grace_s``.
+
+    ``reap`` collects exited children of this process, which otherwise linger as zombies
+    that still count as members of the group.
+    """
+    if not _group_exists(pgid):
+        return
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if reap is not None:
+            reap()
+        if not _group_exists(pgid):
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if reap is not None:
+        time.sleep(0.05)
+        reap()
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``address`` now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flow_sdk import protocol
-from flow_sdk import procs as process
+from flow_sdk import procs
 from flow_sdk.providers.base import LogRecord, LogStore
 
 TAIL_LINES = 40
@@ -141,7 +141,7 @@ class WorkerGroup:
         while time.monotonic() < deadline and any(w.proc.poll() is None for w in live):
             time.sleep(0.05)
         for w in self.workers:  # the worker's own children may outlive it: reach its group
-            process.kill_group(w.proc.pid, grace_s=0.0 if w.proc.poll() is None else 0.5)
+            procs.kill_group(w.proc.pid, grace_s=0.0 if w.proc.poll() is None else 0.5)
             w.proc.wait()
         for w in self.workers:
             w.join_output(2.0)

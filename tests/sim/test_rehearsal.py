@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from flow_testing import wait_until
 
-from flow_sdk.providers.aws._siminstance import INSTANCE_ENV
+from flow_sdk.sim import INSTANCE_ENV
 from flow_sdk.providers.process import is_alive
 from flow_sdk.sim._server import read_state
 

@@ -41,6 +41,7 @@ from flow_sdk.providers.aws._resources import (
     delete_resources,
     tagged_resources,
 )
+from flow_sdk.providers.aws._runtime import NodeBoot
 from flow_sdk.providers.base import Instance, LaunchRequest
 
 TERMINATED_WAIT_S = 300.0  # how long a rollback waits for its instances to release their groups
@@ -101,6 +102,7 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
     profile, fresh = nodes.task_profile(task_id, spec, code)  # the task's own role
     ssh_cidr = caller_cidr(cfg)
     block_names = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
+    boots: dict[int, NodeBoot] = {}  # by attempt number: what the chosen attempt's nodes boot
 
     def candidates() -> Iterator[Try]:
         for index, offer in enumerate(offers):
@@ -130,14 +132,14 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
         subnet_id, security_group = ctx.subnets()[candidate.zone], ctx.security_group(ssh_cidr)
         mounts_sh = nodes.volumes.provision(ctx, spec, candidate.zone, subnet_id,
                                             security_group)
-        user_data = nodes.render_user_data(spec, task_id, candidate.offer.region, number,
-                                           request.boot_env, spec.max_run_time_hours,
-                                           code, volume_mounts=mounts_sh)
+        boot = boots[number] = nodes.render_user_data(
+            spec, task_id, candidate.offer.region, number, request.boot_env,
+            spec.max_run_time_hours, code, volume_mounts=mounts_sh)
         return AttemptPlan(
             task_id=task_id, spec=spec, offer=candidate.offer, zone=candidate.zone,
             subnet_id=subnet_id, security_group=security_group, ami_id=ctx.ami_id(),
             root_device=ctx.root_device(), key_name=ctx.key_name(spec.key_name),
-            instance_profile=profile, user_data=user_data, attempt=number,
+            instance_profile=profile, user_data=boot.user_data, attempt=number,
             store_tag=nodes.store_tag, efa=efa,
             placement_group=ctx.placement_group() if efa else None)
 
@@ -156,8 +158,7 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
         warnings.warn(f"task {task_id} launched in {region};{note}", stacklevel=4)
     started = nodes.instances(task_id, raws)
     try:
-        nodes.runtime.start(task_id, [(i.instance_id, i.address) for i in started],
-                            plan.user_data)
+        nodes.runtime.start(boots[plan.attempt], [(i.instance_id, i.address) for i in started])
     except OSError as exc:
         raise ProviderError(f"could not start the nodes of task {task_id}: {exc}; nothing "
                             "was left running") from exc

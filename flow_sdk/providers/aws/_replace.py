@@ -56,9 +56,9 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
     profile = template["IamInstanceProfile"]["Arn"]
     gang_subnet, security_group = network_of(template)
     hours = _remaining_hours(nodes, task_id, spec)
-    user_data = nodes.render_user_data(spec, task_id, region, attempt, request.boot_env, hours,
-                                       nodes.ship_code(), volume_mounts=nodes.volumes.remount(task_id, spec,
-                                                                           region))
+    boot = nodes.render_user_data(spec, task_id, region, attempt, request.boot_env, hours,
+                                  nodes.ship_code(),
+                                  volume_mounts=nodes.volumes.remount(task_id, spec, region))
     efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
     zone = str(template["Placement"]["AvailabilityZone"])
     offers = _replacement_offers(spec, template, region)
@@ -84,7 +84,7 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
             ami_id=str(template["ImageId"]),
             root_device=str(template.get("RootDeviceName") or "/dev/sda1"),
             key_name=template.get("KeyName"), instance_profile=str(profile),
-            user_data=user_data, attempt=attempt, store_tag=nodes.store_tag, efa=efa,
+            user_data=boot.user_data, attempt=attempt, store_tag=nodes.store_tag, efa=efa,
             placement_group=resource_name(task_id) if efa else None, count=count,
             replacement=f"{batch}-{number}")
 
@@ -97,7 +97,7 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
             "Nothing was left running, and the running nodes were not touched.")
     started = nodes.instances(task_id, result.launched[2])
     try:
-        nodes.runtime.start(task_id, [(i.instance_id, i.address) for i in started], user_data)
+        nodes.runtime.start(boot, [(i.instance_id, i.address) for i in started])
     except OSError as exc:
         terminate_instances(nodes, task_id, [i.instance_id for i in started])
         raise ProviderError(f"could not start the replacement nodes of task {task_id}: "

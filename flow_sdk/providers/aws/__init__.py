@@ -7,7 +7,8 @@
   with hop limit 1, 2 for a task in its container image, instance profile, key pair, security
   group, cluster placement group + EFA interfaces, spot, ClientToken, shutdown = terminate,
   rollback of partial gangs by returned ids, token and tags) and ``failover``, the one loop
-  over candidates that both the gang launch and the replacement launch run.
+  over candidates that both the gang launch and the replacement launch run. ``_rollback``:
+  terminating what a launch or one attempt started (by returned ids, ClientTokens, tags).
 * ``_gang``: a task's launch: the catalog's offers (``flow_sdk.catalog.plan_offers``) in the
   zones that offer them, volumes provisioned per attempt, failed tries' regions cleaned up;
   a launch that ends early (error, Ctrl-C, SIGTERM/SIGHUP: ``_interrupts``) rolls back all it

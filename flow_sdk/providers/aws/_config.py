@@ -122,16 +122,7 @@ class AwsConfig:
                                 "['us-east-1', 'us-west-2'], not a string")
         for name in regions:
             _check_region(name, "regions")
-        bucket = config.get("bucket")
-        if bucket is not None and not _BUCKET_RE.match(bucket):
-            raise ProviderError(f"provider_config.bucket {bucket!r} is not a valid S3 bucket "
-                                "name (3-63 characters of a-z, 0-9, '.' and '-')")
-        bucket_owner = config.get("bucket_owner")
-        if bucket_owner is not None and (not isinstance(bucket_owner, str)
-                                         or not _ACCOUNT_RE.match(bucket_owner)):
-            raise ProviderError(f"provider_config.bucket_owner {bucket_owner!r} must be the "
-                                "12-digit id of the AWS account that owns the bucket, e.g. "
-                                "'123456789012'")
+        bucket, bucket_owner = _bucket_settings(config)
         expiry = _expiry_days(config.get("object_expiry_days", DEFAULT_OBJECT_EXPIRY_DAYS))
         prefix = config.get("prefix", DEFAULT_PREFIX)
         if not isinstance(prefix, str) or prefix.startswith("/") or (prefix and
@@ -149,18 +140,7 @@ class AwsConfig:
         if imds is not None and (not isinstance(imds, str) or not _IMDS_RE.match(imds)):
             raise ProviderError(f"provider_config.imds_endpoint {imds!r} must be an http:// URL "
                                 f"such as {IMDS_ENDPOINT!r} (the instance metadata service)")
-        ssh_user = config.get("ssh_user") or DEFAULT_SSH_USER
-        if not isinstance(ssh_user, str) or not _SSH_USER_RE.match(ssh_user):
-            raise ProviderError(f"provider_config.ssh_user {ssh_user!r} is not a login name "
-                                f"such as {DEFAULT_SSH_USER!r}")
-        ssh_address = config.get("ssh_address") or "public"
-        if ssh_address not in ("public", "private"):
-            raise ProviderError(f"provider_config.ssh_address {ssh_address!r} must be 'public' "
-                                "or 'private'")
-        ssh_key_path = config.get("ssh_key_path")
-        if ssh_key_path is not None and (not isinstance(ssh_key_path, str) or not ssh_key_path):
-            raise ProviderError(f"provider_config.ssh_key_path {ssh_key_path!r} must be the "
-                                "path of a private key file")
+        ssh_user, ssh_address, ssh_key_path = _ssh_settings(config)
         image_python = config.get("image_python")
         if image_python is not None and (not isinstance(image_python, str)
                                          or not _PYTHON_RE.match(image_python)):
@@ -223,6 +203,38 @@ class AwsConfig:
         """The config the nodes of one launched gang boot with: where they landed and the
         SDK wheel they install."""
         return replace(self, launch=NodeLaunch(task_id, region, attempt), code=code)
+
+
+def _bucket_settings(config: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """provider_config ``bucket`` and ``bucket_owner``, checked."""
+    bucket = config.get("bucket")
+    if bucket is not None and not _BUCKET_RE.match(bucket):
+        raise ProviderError(f"provider_config.bucket {bucket!r} is not a valid S3 bucket "
+                            "name (3-63 characters of a-z, 0-9, '.' and '-')")
+    bucket_owner = config.get("bucket_owner")
+    if bucket_owner is not None and (not isinstance(bucket_owner, str)
+                                     or not _ACCOUNT_RE.match(bucket_owner)):
+        raise ProviderError(f"provider_config.bucket_owner {bucket_owner!r} must be the "
+                            "12-digit id of the AWS account that owns the bucket, e.g. "
+                            "'123456789012'")
+    return bucket, bucket_owner
+
+
+def _ssh_settings(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """provider_config ``ssh_user``, ``ssh_address`` and ``ssh_key_path``, checked."""
+    ssh_user = config.get("ssh_user") or DEFAULT_SSH_USER
+    if not isinstance(ssh_user, str) or not _SSH_USER_RE.match(ssh_user):
+        raise ProviderError(f"provider_config.ssh_user {ssh_user!r} is not a login name "
+                            f"such as {DEFAULT_SSH_USER!r}")
+    ssh_address = config.get("ssh_address") or "public"
+    if ssh_address not in ("public", "private"):
+        raise ProviderError(f"provider_config.ssh_address {ssh_address!r} must be 'public' "
+                            "or 'private'")
+    ssh_key_path = config.get("ssh_key_path")
+    if ssh_key_path is not None and (not isinstance(ssh_key_path, str) or not ssh_key_path):
+        raise ProviderError(f"provider_config.ssh_key_path {ssh_key_path!r} must be the "
+                            "path of a private key file")
+    return ssh_user, ssh_address, ssh_key_path
 
 
 def _check_region(name: Any, key: str) -> None:

@@ -39,19 +39,7 @@ from flow_sdk.spec import TaskSpec
 def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[Instance]:
     """Start ``count`` nodes that join the task's running gang (see the module docstring)."""
     task_id, spec = request.task_id, request.spec
-    alive = sorted(nodes.describe_in_regions(task_id, ["pending", "running"]),
-                   key=lambda pair: str(pair[1]["InstanceId"]))
-    if not alive:
-        raise ProviderError(f"task {task_id} has no running node to copy, so lost nodes "
-                            "cannot be replaced; launch the task again")
-    copyable = [(region, raw) for region, raw in alive
-                if tag_value(raw, TAG_ATTEMPT) is not None and network_of(raw)[1]
-                and (raw.get("IamInstanceProfile") or {}).get("Arn")]
-    if not copyable:
-        raise ProviderError(f"no running node of task {task_id} carries an attempt tag, "
-                            "an instance profile and a security group; they were not "
-                            "launched by flow-sdk's aws provider, so none can be copied")
-    region, template = copyable[0]
+    region, template = _template(nodes, task_id)
     attempt = int(str(tag_value(template, TAG_ATTEMPT)))
     profile = template["IamInstanceProfile"]["Arn"]
     gang_subnet, security_group = network_of(template)
@@ -103,6 +91,23 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
         raise ProviderError(f"could not start the replacement nodes of task {task_id}: "
                             f"{exc}; they were terminated") from exc
     return started
+
+
+def _template(nodes: AwsNodes, task_id: str) -> tuple[str, dict[str, Any]]:
+    """(region, instance) of the running node of the gang that replacements copy."""
+    alive = sorted(nodes.describe_in_regions(task_id, ["pending", "running"]),
+                   key=lambda pair: str(pair[1]["InstanceId"]))
+    if not alive:
+        raise ProviderError(f"task {task_id} has no running node to copy, so lost nodes "
+                            "cannot be replaced; launch the task again")
+    copyable = [(region, raw) for region, raw in alive
+                if tag_value(raw, TAG_ATTEMPT) is not None and network_of(raw)[1]
+                and (raw.get("IamInstanceProfile") or {}).get("Arn")]
+    if not copyable:
+        raise ProviderError(f"no running node of task {task_id} carries an attempt tag, "
+                            "an instance profile and a security group; they were not "
+                            "launched by flow-sdk's aws provider, so none can be copied")
+    return copyable[0]
 
 
 def network_of(raw: Mapping[str, Any]) -> tuple[str, str]:

@@ -222,8 +222,11 @@ class AwsWorld:
         aws or simulated-node setting. The simulated image keeps the SDK environments of this
         test session's runner (by wheel digest), so a node installs the wheel only on the
         first boot."""
-        return self.config(root=str(self.sim_root), envs=str(self.tmp.parent / "sim-envs"),
-                           **overrides)
+        config = self.config(root=str(self.sim_root), envs=str(self.tmp.parent / "sim-envs"),
+                             **overrides)
+        if "image_python" not in overrides:
+            del config["image_python"]  # the simulated image's Python: its interpreter's
+        return config
 
     def provider(self, recorder: Recorder | None = None, **overrides: Any) -> AwsProvider:
         session = boto3.session.Session()

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -148,6 +149,9 @@ def test_an_image_python_of_another_version_is_refused_before_launch(
     other = tmp_path / "python3"
     other.write_text("#!/bin/sh\necho 3.99\n")
     other.chmod(0o755)
+    aws_cli = shutil.which("aws", path=str(Path(sys.executable).parent))
+    assert aws_cli is not None
+    (tmp_path / "aws").symlink_to(aws_cli)  # the image has the AWS CLI, but another Python
     app = _sim(aws, python=str(other))
     whoami = app.function(num_instances=2, priority="high", quiet=True)(_whoami)
     with pytest.raises(ValidationError, match=r"Python 3\.99.*Python 3\.\d+"):

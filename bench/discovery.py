@@ -29,6 +29,8 @@ import argparse
 import base64
 import json
 import os
+import re
+import shlex
 import statistics
 import sys
 import tempfile
@@ -63,12 +65,23 @@ from flow_sdk.protocol import (  # noqa: E402
     NodeRecord,
     TaskRecord,
 )
-from flow_sdk.providers.aws import AwsProvider, _userdata  # noqa: E402
+from flow_sdk.providers.aws import AwsProvider  # noqa: E402
 from flow_sdk.providers.base import LaunchRequest  # noqa: E402
 from flow_sdk.rendezvous import Membership, discover, from_record  # noqa: E402
 from flow_sdk.spec import build_task_spec  # noqa: E402
 
 REGION = "us-east-1"
+_BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
+
+
+def boot_json_of(script: str) -> str:
+    """The FLOW_BOOT value a rendered user-data script starts the agent with."""
+    match = _BOOT_LINE_RE.search(script)
+    if match is None:
+        raise SystemExit("the user-data has no FLOW_BOOT_JSON line")
+    return shlex.split(match.group(1))[0]
+
+
 BUCKET = "flow-bench-discovery"
 PAGE = 1000  # describe_instances MaxResults (AWS's maximum)
 PATHS = ("describe", "record")
@@ -152,7 +165,7 @@ def run_size(n: int, sample: int) -> SizeResult:
         ids = [i.instance_id for i in launched]
         recorded = client.clients.get("ec2", REGION).describe_instance_attribute(
             InstanceId=ids[0], Attribute="userData")  # what the user-data carries
-        node_boot = json.loads(_userdata.boot_json_from_user_data(base64.b64decode(
+        node_boot = json.loads(boot_json_of(base64.b64decode(
             recorded["UserData"]["Value"]).decode()))
         count = n if sample <= 0 else min(sample, n)
         picks = sorted({round(k * (n - 1) / max(count - 1, 1)) for k in range(count)})

@@ -91,6 +91,27 @@ def test_an_upward_import_inside_the_agent_breaks_its_parts_contract(tmp_path: P
     assert "flow_sdk.agent.records -> flow_sdk.agent.watch" in after.stdout, after.stdout
 
 
+def test_an_import_of_the_simulated_cloud_from_the_aws_provider_breaks_the_contract(
+        tmp_path: Path) -> None:
+    """The aws provider never imports the simulated cloud: a scratch ``import flow_sdk.sim``
+    in it makes ``lint-imports`` fail."""
+    name = _contracts()["sim-outside-aws"]["name"]
+    clean = _copy_tree(tmp_path / "clean")
+    broken = _copy_tree(tmp_path / "broken")
+    runtime = broken / "flow_sdk" / "providers" / "aws" / "_runtime.py"
+    runtime.write_text(runtime.read_text(encoding="utf-8") + "\nimport flow_sdk.sim\n",
+                       encoding="utf-8")
+
+    before = _lint(clean, "sim-outside-aws")
+    after = _lint(broken, "sim-outside-aws")
+
+    assert before.returncode == 0 and f"{name} KEPT" in before.stdout, before.stdout
+    assert after.returncode != 0, after.stdout + after.stderr
+    assert f"{name} BROKEN" in after.stdout, after.stdout
+    assert "flow_sdk.providers is not allowed to import flow_sdk.sim" in after.stdout
+    assert "flow_sdk.providers.aws._runtime -> flow_sdk.sim" in after.stdout, after.stdout
+
+
 def _module_level_imports(path: Path) -> set[str]:
     """Modules imported by statements that run when ``path`` is imported (anything outside
     a function body; class bodies and ``if``/``try`` blocks at module level count)."""

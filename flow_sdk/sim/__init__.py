@@ -10,10 +10,19 @@ simulated account it brings up itself:
 * ``_gaps``: what moto lacks and flow calls (EC2 placement groups), in the server only.
 * ``_inventory``: what the account still holds, listed by ``flow gc --provider aws-sim``.
 
-The instances themselves are the aws provider's simulated node runtime (``simulate``); the
-aws provider never imports this package.
+* ``_nodes``: the node runtime handed to the aws provider (``SimulatedNodes``): each
+  instance a process here (``_instance``) with an IMDSv2 emulator (``_imds``), its user-data
+  run as root in a mount namespace of its own (``_root``), and shims (``shims/``) for what
+  cannot exist here; it owns and stops those processes, their mounts and loop devices.
+* ``_settings``: the aws-sim provider_config and the node settings.
+
+The aws provider never imports this package (an import-linter contract).
 """
 
-from flow_sdk.sim._provider import AwsSimProvider, SimSettings, sim_home, stop_account
+from flow_sdk.sim._instance import INSTANCE_ENV, instance_pids
+from flow_sdk.sim._nodes import SimulatedNodes, simulated_address
+from flow_sdk.sim._provider import AwsSimProvider, sim_home, stop_account
+from flow_sdk.sim._settings import NodeSettings, SimSettings
 
-__all__ = ["AwsSimProvider", "SimSettings", "sim_home", "stop_account"]
+__all__ = ["INSTANCE_ENV", "AwsSimProvider", "NodeSettings", "SimSettings", "SimulatedNodes",
+           "instance_pids", "sim_home", "simulated_address", "stop_account"]

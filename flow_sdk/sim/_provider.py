@@ -3,16 +3,20 @@
 No credentials and no provider_config are needed: the provider brings the account up itself,
 a moto server on 127.0.0.1 shared by every command of one flow data directory (``_server``),
 reached with dummy credentials that only its own boto3 session carries (the caller's
-environment is left as it is). Instances boot through the real bootstrap as simulated
-instances (the aws provider's ``simulate`` runtime) under ``$FLOW_HOME/aws-sim/cloud``, from
-an AMI registered in the simulated account whose image Python is the caller's.
+environment is left as it is); ``endpoint_url`` names an AWS API that already runs instead.
+Instances boot through the real bootstrap as simulated instances: the aws provider is handed
+this package's node runtime (``_nodes.SimulatedNodes``), under ``$FLOW_HOME/aws-sim/cloud``
+by default, from an AMI registered in the simulated account whose image Python is the
+caller's.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,21 +24,20 @@ import boto3
 
 from flow_sdk import sdkwheel
 from flow_sdk._config import flow_home
-from flow_sdk.aws_clients import REGION_RE, make_client
+from flow_sdk.aws_clients import make_client
 from flow_sdk.errors import FieldProblem, ProviderError
+from flow_sdk import procs
 from flow_sdk.providers.aws import AwsConfig, AwsProvider
-from flow_sdk.providers.aws._simulate import SimulateConfig, SimulatedNodes, parse_simulate
-from flow_sdk.providers.base import GcReport
+from flow_sdk.providers.base import GcReport, SshEndpoint
 from flow_sdk.sim._inventory import SimGcReport, holdings
+from flow_sdk.sim._nodes import SimulatedNodes
 from flow_sdk.sim._server import CLOUD_DIR, INSTALL_HINT, ensure_server, stop_server
+from flow_sdk.sim._settings import NODE_KEY, NodeSettings, SimSettings
 from flow_sdk.spec import TaskSpec
 
 HOME_DIR = "aws-sim"  # under $FLOW_HOME: the server's record, lock and log, and the cloud
-DEFAULT_REGION = "us-east-1"
-DEFAULT_IDLE_STOP_S = 600.0
 # The simulated account's credentials: moto takes any; only this provider's session has them.
 DUMMY_KEY = "testing"
-KNOWN_KEYS = ("boot_delay_s", "idle_stop_s", "minute_s", "region", "wheelhouse")
 
 
 def sim_home() -> Path:
@@ -42,56 +45,27 @@ def sim_home() -> Path:
     return flow_home() / HOME_DIR
 
 
-@dataclass(frozen=True)
-class SimSettings:
-    """The ``aws-sim`` provider_config (every key optional)."""
-
-    region: str = DEFAULT_REGION
-    # The server stops itself after this long with no request and no running instance.
-    idle_stop_s: float = DEFAULT_IDLE_STOP_S
-    minute_s: float = 60.0  # one minute of a node's power-off timer, in seconds
-    boot_delay_s: tuple[float, ...] = ()  # the i-th instance of a launch boots this late
-    wheelhouse: str | None = None  # wheels the nodes may install besides the SDK's
-
-    @classmethod
-    def from_mapping(cls, config: Mapping[str, Any]) -> SimSettings:
-        unknown = sorted(set(config) - set(KNOWN_KEYS))
-        if unknown:
-            raise ProviderError(f"provider_config has unknown key(s) {unknown} for the aws-sim "
-                                f"provider; known keys: {', '.join(KNOWN_KEYS)}")
-        region = config.get("region") or DEFAULT_REGION
-        if not isinstance(region, str) or not REGION_RE.match(region):
-            raise ProviderError(f"provider_config.region {region!r} is not an AWS region name "
-                                "such as 'us-east-1'")
-        idle = config.get("idle_stop_s", DEFAULT_IDLE_STOP_S)
-        if isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle <= 0:
-            raise ProviderError(f"provider_config.idle_stop_s {idle!r} must be a positive "
-                                "number of seconds after which the idle simulated account's "
-                                f"server stops (default {DEFAULT_IDLE_STOP_S:g})")
-        runtime = {k: config[k] for k in ("minute_s", "boot_delay_s", "wheelhouse")
-                   if config.get(k) is not None}
-        try:
-            checked = parse_simulate({"root": "/", **runtime})
-        except ProviderError as exc:  # its messages name the aws provider's nesting
-            raise ProviderError(str(exc).replace("provider_config.simulate.",
-                                                 "provider_config.")) from None
-        return cls(region=region, idle_stop_s=float(idle), minute_s=checked.minute_s,
-                   boot_delay_s=checked.boot_delay_s, wheelhouse=checked.wheelhouse)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"region": self.region, "idle_stop_s": self.idle_stop_s,
-                "minute_s": self.minute_s, "boot_delay_s": list(self.boot_delay_s),
-                "wheelhouse": self.wheelhouse}
-
-
 def dummy_session(region: str) -> boto3.session.Session:
     return boto3.session.Session(aws_access_key_id=DUMMY_KEY, aws_secret_access_key=DUMMY_KEY,
                                  region_name=region)
 
 
-def image_id(session: boto3.session.Session, url: str, region: str) -> str:
-    """The simulated account's image for the caller's Python (registered on first use)."""
-    python = sdkwheel.python_version()
+def image_python(python: str) -> str:
+    """The ``major.minor`` of the simulated image's interpreter."""
+    if python == sys.executable:
+        return sdkwheel.python_version()
+    try:
+        answer = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProviderError(f"provider_config.python {python!r} does not run ({exc}); name a "
+                            "python3 interpreter") from exc
+    return answer.stdout.strip()
+
+
+def image_id(session: boto3.session.Session, url: str, region: str, python: str) -> str:
+    """The simulated account's image for ``python`` (registered on first use)."""
     name = f"flow-sim-python-{python}"
     ec2 = make_client("ec2", region, endpoint_url=url, session=session)
     found = ec2.describe_images(Owners=["self"],
@@ -99,58 +73,87 @@ def image_id(session: boto3.session.Session, url: str, region: str) -> str:
     if found:
         return str(found[0]["ImageId"])
     return str(ec2.register_image(
-        Name=name, Description=f"simulated image: this machine's Python {python}",
+        Name=name, Description=f"simulated image: Python {python}",
         Architecture="x86_64", RootDeviceName="/dev/sda1",
         VirtualizationType="hvm")["ImageId"])
 
 
+def aws_config(settings: SimSettings, nodes: NodeSettings, session: boto3.session.Session
+               ) -> AwsConfig:
+    """The aws provider_config of the simulated account: its endpoint (the running server's,
+    or ``endpoint_url``), SSH from loopback, and an image that runs the nodes' Python; any
+    aws key the settings give wins."""
+    given = dict(settings.aws)
+    url = given.get("endpoint_url") or ensure_server(sim_home(), settings.idle_stop_s).url
+    python = given.get("image_python") or image_python(nodes.python)
+    config = {"region": settings.region, "ssh_cidr": "127.0.0.1/32", "image_python": python,
+              **given, "endpoint_url": url}
+    if "ami_id" not in given and "ami_ssm_parameter" not in given:
+        config["ami_id"] = image_id(session, url, settings.region, python)
+    return AwsConfig.from_mapping(config)
+
+
 class AwsSimProvider(AwsProvider):
-    """The ``aws`` provider on a simulated account that it starts itself (module docstring).
+    """The ``aws`` provider on a simulated account (module docstring), its nodes played by
+    ``SimulatedNodes``.
 
     ``config()`` is the aws-sim settings, so a task record, ``flow gc`` and ``Task.from_id``
-    rebuild it against this flow data directory's account; the nodes boot with the aws
-    config of their launch (it carries ``launch``) and rebuild from that."""
+    rebuild it against the same account; the nodes boot with the aws config of their launch
+    (it carries ``launch``) plus the node settings under ``sim``, and rebuild from that."""
 
     name: ClassVar[str] = "aws-sim"
 
-    def __init__(self, config: AwsConfig, settings: SimSettings | None, *,
+    def __init__(self, config: AwsConfig, settings: SimSettings | None, nodes: NodeSettings, *,
                  session: boto3.session.Session) -> None:
-        super().__init__(config, session=session)
+        self.sim = SimulatedNodes(nodes, config.endpoint_url)
+        super().__init__(config, session=session, runtime=self.sim)
         self.settings = settings
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *,
                     session: boto3.session.Session | None = None) -> AwsSimProvider:
         if "launch" in config:  # a node's config, written by its launch
-            aws = AwsConfig.from_mapping(config)
-            return cls(aws, None, session=session or dummy_session(aws.region))
+            given = dict(config)
+            nodes = NodeSettings.from_mapping(given.pop(NODE_KEY, None),
+                                              f"provider_config.{NODE_KEY}")
+            aws = AwsConfig.from_mapping(given)
+            return cls(aws, None, nodes, session=session or dummy_session(aws.region))
         settings = SimSettings.from_mapping(config)
-        home = sim_home()
-        server = ensure_server(home, settings.idle_stop_s)
+        nodes = settings.node_settings(str(sim_home() / CLOUD_DIR))
         session = session or dummy_session(settings.region)
-        aws = AwsConfig.from_mapping({
-            "region": settings.region, "endpoint_url": server.url,
-            "ssh_cidr": "127.0.0.1/32", "ami_id": image_id(session, server.url, settings.region),
-            "image_python": sdkwheel.python_version(),
-            "simulate": {"root": str(home / CLOUD_DIR), "minute_s": settings.minute_s,
-                         "boot_delay_s": list(settings.boot_delay_s),
-                         "wheelhouse": settings.wheelhouse}})
-        return cls(aws, settings, session=session)
+        return cls(aws_config(settings, nodes, session), settings, nodes, session=session)
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
-        """The aws checks, and the AWS CLI the nodes' bootstrap runs from the image's (this
-        interpreter's) bin directory."""
+        """The aws checks; Linux and root (each node's boot runs as root in a mount namespace
+        of its own); the AWS CLI the nodes' bootstrap runs from the image's bin directory."""
         problems = super().check(spec)
-        simulate = self.cfg.simulate
-        bin_dir = str(Path(simulate.python).parent) if simulate is not None else ""
-        if simulate is not None and shutil.which("aws", path=bin_dir) is None:
+        if not sys.platform.startswith("linux") or os.geteuid() != 0:
+            problems.append(FieldProblem("provider", "the simulated aws cloud runs each node's "
+                                         "boot script as root in a mount namespace of its own: "
+                                         "run it as root on Linux (a CI container, for "
+                                         "instance)"))
+        bin_dir = str(Path(self.sim.settings.python).parent)
+        if shutil.which("aws", path=bin_dir) is None:
             problems.append(FieldProblem("provider", (
                 f"the simulated nodes run the AWS CLI from {bin_dir}, and it is not installed "
                 f"there; {INSTALL_HINT}")))
         return problems
 
+    def rendezvous_ports(self) -> tuple[int, int]:
+        """Simulated nodes share this machine's port space: free ports per task."""
+        return procs.free_port(), procs.free_port()
+
+    def metadata_endpoint(self) -> str | None:
+        return None  # simulated nodes have no metadata service unless imds_endpoint names one
+
+    def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
+        raise ProviderError(f"node {instance_id} of task {task_id} is a simulated instance; "
+                            "the simulated aws cloud runs no sshd")
+
     def config(self) -> dict[str, Any]:
-        return self.settings.to_dict() if self.settings is not None else super().config()
+        if self.settings is not None:
+            return self.settings.to_dict()
+        return {**super().config(), **self.sim.node_config()}
 
     def gc(self, *, dry_run: bool = False) -> GcReport:
         """The aws gc, and what the simulated account still holds after it."""
@@ -168,5 +171,5 @@ def stop_account(home: Path | None = None) -> int | None:
     returns the server's pid, or None when none was running. The account's state goes with
     the server: the next command starts an empty one."""
     home = home or sim_home()
-    SimulatedNodes(SimulateConfig(str(home / CLOUD_DIR)), None).stop_all()
+    SimulatedNodes(NodeSettings(str(home / CLOUD_DIR)), None).stop_all()
     return stop_server(home)

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from flow_sdk.providers import process
+from flow_sdk import procs
 from flow_sdk.sim import _gaps
 from flow_sdk.sim._server import CLOUD_DIR, ServerState, clear_state, locked, write_state
 
@@ -46,7 +46,7 @@ def live_instances(cloud: Path) -> list[int]:
             rec = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # being written: the next look sees it
-        if process.is_alive(int(rec["pid"]), rec.get("ticks")):
+        if procs.is_alive(int(rec["pid"]), rec.get("ticks")):
             pids.append(int(rec["pid"]))
     return pids
 
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     pid = os.getpid()
-    write_state(home, ServerState(pid=pid, ticks=process.start_ticks(pid),
+    write_state(home, ServerState(pid=pid, ticks=procs.start_ticks(pid),
                                   port=int(server.server_address[1]), started=time.time(),
                                   idle_stop_s=idle_s))
     print(f"simulated aws account serving on 127.0.0.1:{server.server_address[1]} "

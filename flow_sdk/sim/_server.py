@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from flow_sdk.errors import ProviderError, install_hint
-from flow_sdk.providers import process
+from flow_sdk import procs
 
 STATE_FILE = "server.json"
 CLOUD_DIR = "cloud"  # the simulate root: instance records, node directories, EFS, EBS
@@ -51,7 +51,7 @@ class ServerState:
         return f"http://127.0.0.1:{self.port}"
 
     def alive(self) -> bool:
-        return process.is_alive(self.pid, self.ticks)
+        return procs.is_alive(self.pid, self.ticks)
 
 
 def read_state(home: Path) -> ServerState | None:
@@ -153,7 +153,7 @@ def _stop_pid(state: ServerState) -> None:
     while state.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     if state.alive():
-        process.stop_pids([state.pid], grace_s=0)
+        procs.stop_pids([state.pid], grace_s=0)
 
 
 def stop_server(home: Path) -> int | None:

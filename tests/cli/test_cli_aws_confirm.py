@@ -35,9 +35,9 @@ def _run(aws: AwsWorld, tmp_path: Path, *extra: str,
          answer: tuple[bytes, bytes] | None = None) -> tuple[int, str]:
     script = tmp_path / "hello.py"
     script.write_text("print('hello from the simulated cloud', flush=True)\n")
-    config = json.dumps(aws.config(simulate={"root": str(aws.sim_root)}))
-    code, out = run_on_terminal(["flow", "run", "--provider", "aws", "--provider-config", config,
-                                 "-N", "2", "--priority", "high", "--max-run-time-hours", "2",
+    config = json.dumps(aws.sim_config())
+    code, out = run_on_terminal(["flow", "run", "--provider", "aws-sim", "--provider-config",
+                                 config, "-N", "2", "--priority", "high", "--max-run-time-hours", "2",
                                  *extra, str(script)], timeout=180,
                                 answers=[answer] if answer is not None else [])
     return code, _ANSI.sub("", out)

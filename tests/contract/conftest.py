@@ -1,5 +1,6 @@
-"""The providers the contract suite runs against: ``local``, and ``aws`` as the simulated cloud
-(a moto server over HTTP on 127.0.0.1 whose instances boot through the real node bootstrap).
+"""The providers the contract suite runs against: ``local``, and ``aws-sim``, the aws provider on
+the simulated cloud (a moto server over HTTP on 127.0.0.1 whose instances boot through the real
+node bootstrap).
 
 A third provider proves itself by adding a parameter to ``contract`` that yields its
 ``Contract`` (name and provider_config) and passing ``test_provider_contract.py``.
@@ -27,12 +28,12 @@ def moto_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["local", "aws"])
+@pytest.fixture(params=["local", "aws-sim"])
 def contract(request: pytest.FixtureRequest, tmp_path: Path,
              monkeypatch: pytest.MonkeyPatch) -> Iterator[Contract]:
     if request.param == "local":
         yield Contract("local", None)
         return
     world = fresh_world(request.getfixturevalue("moto_url"), tmp_path, monkeypatch)
-    yield Contract("aws", world.config(simulate={"root": str(world.sim_root)}))
+    yield Contract("aws-sim", world.sim_config())
     world.stop_simulated()  # a failed test stops its nodes too

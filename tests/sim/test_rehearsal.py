@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from flow_testing import wait_until
 
-from flow_sdk.providers.aws._siminstance import INSTANCE_ENV
 from flow_sdk.procs import is_alive
+from flow_sdk.sim import INSTANCE_ENV
 from flow_sdk.sim._server import read_state
 
 pytestmark = pytest.mark.slow

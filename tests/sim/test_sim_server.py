@@ -17,9 +17,7 @@ from flow_testing import wait_until
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers import get_provider
 from flow_sdk.procs import is_alive
-from flow_sdk.providers.aws import AwsConfig
-from flow_sdk.sim import AwsSimProvider, SimSettings, sim_home
-from flow_sdk.sim._provider import dummy_session
+from flow_sdk.sim import AwsSimProvider, sim_home
 from flow_sdk.sim._server import ServerState, ensure_server, read_state
 from flow_sdk.spec import build_task_spec
 
@@ -45,9 +43,11 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def test_bad_settings_are_refused_with_the_known_keys_before_anything_starts(home: Path) -> None:
     with pytest.raises(ProviderError) as refused:
-        get_provider("aws-sim", {"endpoint_url": "http://127.0.0.1:5000"})
-    assert "['endpoint_url']" in str(refused.value)
-    assert "known keys: boot_delay_s, idle_stop_s, minute_s, region, wheelhouse" in str(
+        get_provider("aws-sim", {"simulate": {"root": "/tmp"}})
+    assert "['simulate']" in str(refused.value)
+    assert "known keys: ami_id, ami_ssm_parameter, boot_delay_s, bucket," in str(refused.value)
+    assert "idle_stop_s, image_python," in str(refused.value)
+    assert ", minute_s, object_expiry_days, prefix, python, region, regions, root," in str(
         refused.value)
     for bad, named in (({"idle_stop_s": 0}, "idle_stop_s"), ({"idle_stop_s": True}, "idle_stop_s"),
                        ({"minute_s": -1}, "provider_config.minute_s"),
@@ -69,8 +69,7 @@ def test_one_server_per_home_reused_and_dummy_credentials_stay_in_the_provider(
     assert read_state(home) == state  # reused, not restarted
     assert again.cfg.ami_id == first.cfg.ami_id  # one image per Python, registered once
     assert not [k for k in os.environ if k.startswith("AWS_ACCESS") or k == "AWS_ENDPOINT_URL"]
-    assert first.cfg.simulate is not None
-    assert Path(first.cfg.simulate.root) == home / "cloud"
+    assert Path(first.sim.settings.root) == home / "cloud"
     assert first.gc(dry_run=True).holds == []  # type: ignore[attr-defined]
     ec2 = first.clients.get("ec2", "us-east-1")
     ec2.create_key_pair(KeyName="left-behind")
@@ -120,11 +119,7 @@ def test_a_launch_is_refused_when_the_image_has_no_aws_cli(home: Path, tmp_path:
     bare = tmp_path / "bare-image" / "bin"
     bare.mkdir(parents=True)
     (bare / "python3").symlink_to(sys.executable)  # the image's Python, without the AWS CLI
-    assert provider.cfg.simulate is not None
-    config = {**provider.cfg.to_dict(), "simulate": {"root": provider.cfg.simulate.root,
-                                                     "python": str(bare / "python3")}}
-    without_cli = AwsSimProvider(AwsConfig.from_mapping(config), SimSettings(),
-                                 session=dummy_session("us-east-1"))
+    without_cli = AwsSimProvider.from_config({"python": str(bare / "python3")})
     problems = without_cli.check(spec)
     assert [(p.field, p.message) for p in problems] == [(
         "provider", f"the simulated nodes run the AWS CLI from {bare}, and it is not installed "

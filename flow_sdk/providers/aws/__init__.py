@@ -7,7 +7,8 @@
   with hop limit 1, 2 for a task in its container image, instance profile, key pair, security
   group, cluster placement group + EFA interfaces, spot, ClientToken, shutdown = terminate,
   rollback of partial gangs by returned ids, token and tags) and ``failover``, the one loop
-  over candidates that both the gang launch and the replacement launch run.
+  over candidates that both the gang launch and the replacement launch run. ``_rollback``:
+  terminating what a launch or one attempt started (by returned ids, ClientTokens, tags).
 * ``_gang``: a task's launch: the catalog's offers (``flow_sdk.catalog.plan_offers``) in the
   zones that offer them, volumes provisioned per attempt, failed tries' regions cleaned up;
   a launch that ends early (error, Ctrl-C, SIGTERM/SIGHUP: ``_interrupts``) rolls back all it
@@ -22,9 +23,10 @@
   (``_hostkeys``) and uses the per-task key written (0600) at launch.
 * ``_teardown`` / ``_gc``: terminate a task; reclaim what belongs to ended tasks (and to
   launches that were rolled back or cut short).
-* ``_runtime``: the node runtime seam (``NodeRuntime``) and real EC2's (``Ec2Runtime``); the
-  config's ``node_runtime()`` picks one, and the provider never asks which (tests play the
-  instances with local processes through another runtime).
+* ``_runtime``: the node runtime seam (``NodeRuntime``: start, stop and address the nodes,
+  given each gang's typed ``NodeBoot``) and real EC2's (``Ec2Runtime``, the default); a
+  provider that subclasses ``AwsProvider`` hands it another, and the provider never asks
+  which it holds.
 * ``_resources``: per-task security group / key pair / placement group, VPC, AMI (the Deep
   Learning Base AMI through its public SSM parameter), instance profile and its policy.
 * ``_userdata`` + ``bootstrap.sh.tmpl``: the node bootstrap (no credentials and no key material
@@ -37,8 +39,7 @@ Usage: ``FlowApp("x", provider="aws", provider_config={"region": "us-east-1"})``
 """
 
 from flow_sdk.providers.aws._config import AwsConfig
-from flow_sdk.providers.aws._nodes import InstanceDetail
 from flow_sdk.providers.aws._provider import AwsProvider
-from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
+from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeBoot, NodeRuntime
 
-__all__ = ["AwsConfig", "AwsProvider", "Ec2Runtime", "InstanceDetail", "NodeRuntime"]
+__all__ = ["AwsConfig", "AwsProvider", "Ec2Runtime", "NodeBoot", "NodeRuntime"]

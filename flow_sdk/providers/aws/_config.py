@@ -2,7 +2,7 @@
 
 The same mapping rebuilds the provider on the client, in ``Task.from_id`` and on every node
 (it travels in ``FLOW_BOOT``), so it must never hold a secret: nodes get credentials from their
-instance profile (real AWS) or from their process environment (the simulated cloud).
+instance profile (real AWS), or from whatever their node runtime gives their processes.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from flow_sdk.aws_clients import REGION_RE, default_region
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._credentials import reject_credentials
 from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
-from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
-from flow_sdk.providers.aws._simulate import SimulateConfig, SimulatedNodes, parse_simulate
 
 # The AWS Deep Learning AMI with PyTorch (OSS NVIDIA driver, Ubuntu 24.04): the NVIDIA
 # driver, CUDA, NCCL with the EFA plugin, Docker with the NVIDIA container toolkit, the AWS
@@ -92,7 +90,7 @@ class AwsConfig:
     object_expiry_days: int | None = DEFAULT_OBJECT_EXPIRY_DAYS
     max_launch_attempts: int = 32
     # Where a node reads its instance metadata (spot interruption notices). None: the real
-    # IMDS on EC2; in the simulated cloud, no metadata service unless one is set. A
+    # IMDS on EC2 (a provider with another node runtime may have none). A
     # "{instance_id}" in it is replaced by the asking node's id (one host plays many nodes).
     imds_endpoint: str | None = None
     # SSH to nodes (Task.ssh): the AMI's login user, which address the client dials, and the
@@ -100,7 +98,6 @@ class AwsConfig:
     ssh_user: str = DEFAULT_SSH_USER
     ssh_address: str = "public"  # "public" | "private" (a VPN or bastion reaches the VPC)
     ssh_key_path: str | None = None
-    simulate: SimulateConfig | None = None
     launch: NodeLaunch | None = None  # set on nodes only
     code: CodeRef | None = None  # set on nodes only: the SDK wheel they install
 
@@ -125,16 +122,7 @@ class AwsConfig:
                                 "['us-east-1', 'us-west-2'], not a string")
         for name in regions:
             _check_region(name, "regions")
-        bucket = config.get("bucket")
-        if bucket is not None and not _BUCKET_RE.match(bucket):
-            raise ProviderError(f"provider_config.bucket {bucket!r} is not a valid S3 bucket "
-                                "name (3-63 characters of a-z, 0-9, '.' and '-')")
-        bucket_owner = config.get("bucket_owner")
-        if bucket_owner is not None and (not isinstance(bucket_owner, str)
-                                         or not _ACCOUNT_RE.match(bucket_owner)):
-            raise ProviderError(f"provider_config.bucket_owner {bucket_owner!r} must be the "
-                                "12-digit id of the AWS account that owns the bucket, e.g. "
-                                "'123456789012'")
+        bucket, bucket_owner = _bucket_settings(config)
         expiry = _expiry_days(config.get("object_expiry_days", DEFAULT_OBJECT_EXPIRY_DAYS))
         prefix = config.get("prefix", DEFAULT_PREFIX)
         if not isinstance(prefix, str) or prefix.startswith("/") or (prefix and
@@ -152,24 +140,12 @@ class AwsConfig:
         if imds is not None and (not isinstance(imds, str) or not _IMDS_RE.match(imds)):
             raise ProviderError(f"provider_config.imds_endpoint {imds!r} must be an http:// URL "
                                 f"such as {IMDS_ENDPOINT!r} (the instance metadata service)")
-        ssh_user = config.get("ssh_user") or DEFAULT_SSH_USER
-        if not isinstance(ssh_user, str) or not _SSH_USER_RE.match(ssh_user):
-            raise ProviderError(f"provider_config.ssh_user {ssh_user!r} is not a login name "
-                                f"such as {DEFAULT_SSH_USER!r}")
-        ssh_address = config.get("ssh_address") or "public"
-        if ssh_address not in ("public", "private"):
-            raise ProviderError(f"provider_config.ssh_address {ssh_address!r} must be 'public' "
-                                "or 'private'")
-        ssh_key_path = config.get("ssh_key_path")
-        if ssh_key_path is not None and (not isinstance(ssh_key_path, str) or not ssh_key_path):
-            raise ProviderError(f"provider_config.ssh_key_path {ssh_key_path!r} must be the "
-                                "path of a private key file")
+        ssh_user, ssh_address, ssh_key_path = _ssh_settings(config)
         image_python = config.get("image_python")
         if image_python is not None and (not isinstance(image_python, str)
                                          or not _PYTHON_RE.match(image_python)):
             raise ProviderError(f"provider_config.image_python {image_python!r} must be the "
                                 "image's Python major.minor, such as '3.12'")
-        simulate = config.get("simulate")
         launch = config.get("launch")
         code = config.get("code")
         return cls(
@@ -183,7 +159,6 @@ class AwsConfig:
             log_retention_days=retention, object_expiry_days=expiry,
             max_launch_attempts=attempts, imds_endpoint=imds,
             ssh_user=ssh_user, ssh_address=ssh_address, ssh_key_path=ssh_key_path,
-            simulate=parse_simulate(simulate) if simulate is not None else None,
             launch=NodeLaunch(**launch) if launch is not None else None,
             code=_code(code) if code is not None else None,
         )
@@ -216,11 +191,6 @@ class AwsConfig:
             "imds_endpoint": self.imds_endpoint, "ssh_user": self.ssh_user,
             "ssh_address": self.ssh_address, "ssh_key_path": self.ssh_key_path,
         }
-        if self.simulate is not None:
-            data["simulate"] = {"root": self.simulate.root, "minute_s": self.simulate.minute_s,
-                                "boot_delay_s": list(self.simulate.boot_delay_s),
-                                "wheelhouse": self.simulate.wheelhouse,
-                                "python": self.simulate.python, "envs": self.simulate.envs}
         if self.launch is not None:
             data["launch"] = {"task_id": self.launch.task_id, "region": self.launch.region,
                               "attempt": self.launch.attempt}
@@ -229,17 +199,42 @@ class AwsConfig:
                             "filename": self.code.filename, "python": self.code.python}
         return data
 
-    def node_runtime(self) -> NodeRuntime:
-        """How this provider's instances become nodes: EC2 itself, or, with ``simulate``, the
-        simulated cloud's local processes."""
-        if self.simulate is not None:
-            return SimulatedNodes(self.simulate, self.endpoint_url)
-        return Ec2Runtime()
-
     def for_node(self, task_id: str, region: str, attempt: int, code: CodeRef) -> AwsConfig:
         """The config the nodes of one launched gang boot with: where they landed and the
         SDK wheel they install."""
         return replace(self, launch=NodeLaunch(task_id, region, attempt), code=code)
+
+
+def _bucket_settings(config: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """provider_config ``bucket`` and ``bucket_owner``, checked."""
+    bucket = config.get("bucket")
+    if bucket is not None and not _BUCKET_RE.match(bucket):
+        raise ProviderError(f"provider_config.bucket {bucket!r} is not a valid S3 bucket "
+                            "name (3-63 characters of a-z, 0-9, '.' and '-')")
+    bucket_owner = config.get("bucket_owner")
+    if bucket_owner is not None and (not isinstance(bucket_owner, str)
+                                     or not _ACCOUNT_RE.match(bucket_owner)):
+        raise ProviderError(f"provider_config.bucket_owner {bucket_owner!r} must be the "
+                            "12-digit id of the AWS account that owns the bucket, e.g. "
+                            "'123456789012'")
+    return bucket, bucket_owner
+
+
+def _ssh_settings(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """provider_config ``ssh_user``, ``ssh_address`` and ``ssh_key_path``, checked."""
+    ssh_user = config.get("ssh_user") or DEFAULT_SSH_USER
+    if not isinstance(ssh_user, str) or not _SSH_USER_RE.match(ssh_user):
+        raise ProviderError(f"provider_config.ssh_user {ssh_user!r} is not a login name "
+                            f"such as {DEFAULT_SSH_USER!r}")
+    ssh_address = config.get("ssh_address") or "public"
+    if ssh_address not in ("public", "private"):
+        raise ProviderError(f"provider_config.ssh_address {ssh_address!r} must be 'public' "
+                            "or 'private'")
+    ssh_key_path = config.get("ssh_key_path")
+    if ssh_key_path is not None and (not isinstance(ssh_key_path, str) or not ssh_key_path):
+        raise ProviderError(f"provider_config.ssh_key_path {ssh_key_path!r} must be the "
+                            "path of a private key file")
+    return ssh_user, ssh_address, ssh_key_path
 
 
 def _check_region(name: Any, key: str) -> None:

@@ -24,11 +24,9 @@ from flow_sdk.errors import CapacityError, ProviderError, VolumeError
 from flow_sdk.providers.aws import _interrupts, _userdata
 from flow_sdk.providers.aws._interrupts import LaunchInterrupted
 from flow_sdk.providers.aws._launch import (
-    ALIVE_STATES,
     Attempt,
     AttemptPlan,
     Failover,
-    LaunchLedger,
     Try,
     failover,
     format_attempts,
@@ -41,7 +39,10 @@ from flow_sdk.providers.aws._resources import (
     delete_resources,
     tagged_resources,
 )
+from flow_sdk.providers.aws._rollback import ALIVE_STATES, LaunchLedger
+from flow_sdk.providers.aws._runtime import NodeBoot
 from flow_sdk.providers.base import Instance, LaunchRequest
+from flow_sdk.spec import TaskSpec
 
 TERMINATED_WAIT_S = 300.0  # how long a rollback waits for its instances to release their groups
 _POLL_S = 2.0
@@ -101,6 +102,7 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
     profile, fresh = nodes.task_profile(task_id, spec, code)  # the task's own role
     ssh_cidr = caller_cidr(cfg)
     block_names = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
+    boots: dict[int, NodeBoot] = {}  # by attempt number: what the chosen attempt's nodes boot
 
     def candidates() -> Iterator[Try]:
         for index, offer in enumerate(offers):
@@ -130,14 +132,14 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
         subnet_id, security_group = ctx.subnets()[candidate.zone], ctx.security_group(ssh_cidr)
         mounts_sh = nodes.volumes.provision(ctx, spec, candidate.zone, subnet_id,
                                             security_group)
-        user_data = nodes.render_user_data(spec, task_id, candidate.offer.region, number,
-                                           request.boot_env, spec.max_run_time_hours,
-                                           code, volume_mounts=mounts_sh)
+        boot = boots[number] = nodes.render_user_data(
+            spec, task_id, candidate.offer.region, number, request.boot_env,
+            spec.max_run_time_hours, code, volume_mounts=mounts_sh)
         return AttemptPlan(
             task_id=task_id, spec=spec, offer=candidate.offer, zone=candidate.zone,
             subnet_id=subnet_id, security_group=security_group, ami_id=ctx.ami_id(),
             root_device=ctx.root_device(), key_name=ctx.key_name(spec.key_name),
-            instance_profile=profile, user_data=user_data, attempt=number,
+            instance_profile=profile, user_data=boot.user_data, attempt=number,
             store_tag=nodes.store_tag, efa=efa,
             placement_group=ctx.placement_group() if efa else None)
 
@@ -146,6 +148,14 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
     if result.launched is None:
         return result
     chosen, plan, raws = result.launched
+    return _land(nodes, task_id, spec, contexts, ledger, chosen, plan, raws, boots[plan.attempt])
+
+
+def _land(nodes: AwsNodes, task_id: str, spec: TaskSpec, contexts: dict[str, RegionContext],
+          ledger: LaunchLedger, chosen: Try, plan: AttemptPlan, raws: list[dict[str, Any]],
+          boot: NodeBoot) -> list[Instance]:
+    """Once a gang has landed: pin the task to its region, grant replacements, attach block
+    volumes, clean up the failed tries' regions, and start the nodes through the runtime."""
     region = chosen.offer.region
     nodes.task_regions[task_id] = (region,)
     nodes.grant_replacements(task_id, plan)  # pinned to where the gang landed
@@ -153,11 +163,10 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
     others = {r: c for r, c in contexts.items() if r != region}
     note = _abort(nodes, task_id, others, ledger, whole_launch=False)
     if note:  # failed tries' regions: no leftovers
-        warnings.warn(f"task {task_id} launched in {region};{note}", stacklevel=4)
+        warnings.warn(f"task {task_id} launched in {region};{note}", stacklevel=5)
     started = nodes.instances(task_id, raws)
     try:
-        nodes.runtime.start(task_id, [(i.instance_id, i.address) for i in started],
-                            plan.user_data)
+        nodes.runtime.start(boot, [(i.instance_id, i.address) for i in started])
     except OSError as exc:
         raise ProviderError(f"could not start the nodes of task {task_id}: {exc}; nothing "
                             "was left running") from exc
@@ -198,7 +207,7 @@ def _abort(nodes: AwsNodes, task_id: str, contexts: Mapping[str, RegionContext],
     for region, ctx in contexts.items():
         try:
             ec2 = ctx.ec2
-            terminated = ledger.roll_back(ec2, region, task_id)
+            terminated = ledger.roll_back(ec2, region, task_id, nodes.launcher.retry_base_s)
             found = tagged_resources(ec2, task_id,
                                      placement_groups=nodes.task_efa.get(task_id, False))
             done = delete_resources(ec2, region, found)

@@ -36,27 +36,12 @@ from flow_sdk.providers.aws._resources import (
     TAG_TASK,
     tag_value,
 )
-from flow_sdk.providers.aws._runtime import NodeRuntime
+from flow_sdk.providers.aws._runtime import NodeBoot, NodeRuntime
 from flow_sdk.providers.aws._volumes import AwsVolumes
 from flow_sdk.providers.base import Instance, InstanceState, ObjectStore
 from flow_sdk.spec import TaskSpec
 
 _STATES: dict[str, InstanceState] = {"pending": "pending", "running": "running"}
-
-
-@dataclass(frozen=True)
-class InstanceDetail:
-    """One EC2 instance of a task, as ``describe`` reports it."""
-
-    instance_id: str
-    instance_type: str
-    zone: str
-    market: str
-    state: str
-    address: str
-    public_ip: str | None
-    attempt: str | None
-    launched_at: float
 
 
 @dataclass
@@ -144,16 +129,24 @@ class AwsNodes:
     def render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
                          boot_env: Mapping[str, str], max_run_time_hours: float | None,
                          code: CodeRef, *, bucket: str | None = None,
-                         bucket_owner: str | None = None, volume_mounts: str = "") -> str:
-        """The user-data of one gang's nodes (and of their replacements): they install
-        ``code``; ``volume_mounts`` are the bash lines that mount the task's volumes
-        (``AwsVolumes.provision``). ``bucket`` and ``bucket_owner`` stand in for the
-        provider's own (``check`` sizes the script without asking STS)."""
+                         bucket_owner: str | None = None, volume_mounts: str = ""
+                         ) -> NodeBoot:
+        """The boot of one gang's nodes (and of their replacements), its user-data rendered:
+        they install ``code``; ``volume_mounts`` are the bash lines that mount the task's
+        volumes (``AwsVolumes.provision``). ``bucket`` and ``bucket_owner`` stand in for the
+        provider's own (``check`` sizes the script without asking STS). The nodes' provider
+        config carries the node runtime's own keys as they are."""
         cfg = self.cfg
         node_config = cfg.for_node(task_id, region, attempt, code).to_dict()
         if bucket is None:
             bucket, bucket_owner = self.bucket_name(), self.bucket_owner()
         node_config["bucket"], node_config["bucket_owner"] = bucket, bucket_owner
+        runtime_keys = self.runtime.node_config()
+        clash = sorted(set(runtime_keys) & set(node_config))
+        if clash:
+            raise ProviderError(f"the node runtime's config keys {clash} clash with the aws "
+                                "provider's own; give the runtime keys of its own")
+        node_config.update(runtime_keys)
         boot_json = _userdata.node_boot_env(boot_env, node_config)
         fetch = _userdata.NodeCode(
             url=f"s3://{bucket}/{cfg.prefix}{code.key}", sha256=code.sha256,
@@ -161,10 +154,11 @@ class AwsNodes:
             log_group=cfg.log_group_prefix + task_id,
             log_retention_days=cfg.log_retention_days,
             boot_timeout_s=math.ceil(spec.boot_timeout_s), bucket_owner=bucket_owner)
-        return _userdata.render_for(
+        inputs = _userdata.BootstrapInputs(
             boot_json, fetch, spec.image, spec.gpu is not None,
-            spec.internode_interconnect, _userdata.mount_paths(spec.volumes, spec.mounts),
-            max_run_time_hours, volume_mounts)
+            _userdata.interconnect_of(spec.internode_interconnect),
+            _userdata.mount_paths(spec.volumes, spec.mounts), max_run_time_hours, volume_mounts)
+        return NodeBoot(task_id, region, attempt, spec, inputs, _userdata.render(inputs))
 
     # -- discovery --------------------------------------------------------------------------
 
@@ -225,16 +219,3 @@ class AwsNodes:
                 raise ProviderError(f"could not list the instances of task {task_id} in "
                                     f"{region}: {exc}") from exc
         return found
-
-    def describe(self, task_id: str) -> list[InstanceDetail]:
-        """The task's instances with type, zone, market and addresses, by instance id."""
-        details = []
-        for _region, raw in self.describe_in_regions(task_id):
-            base = self.instance(task_id, raw)
-            details.append(InstanceDetail(
-                instance_id=base.instance_id, instance_type=str(raw.get("InstanceType")),
-                zone=str(raw.get("Placement", {}).get("AvailabilityZone")),
-                market=base.market, state=str(raw.get("State", {}).get("Name")),
-                address=base.address, public_ip=raw.get("PublicIpAddress"),
-                attempt=tag_value(raw, TAG_ATTEMPT), launched_at=base.launched_at))
-        return sorted(details, key=lambda d: d.instance_id)

@@ -3,7 +3,8 @@
 The provider checks and plans here; each other job lives in a module of its own and takes
 the shared ``AwsNodes``: the gang launch (``_gang``), replacements (``_replace``), SSH
 (``_ssh``), teardown (``_teardown``), ``gc`` (``_gc``), volumes (``_volumes``). Nodes are
-started and reached through the node runtime the config names (``_runtime``).
+started and reached through the node runtime it is given (``_runtime``; real EC2's by
+default).
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ from flow_sdk.providers.aws._iam import (
     role_path,
     task_policy,
 )
-from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, ImdsClient
-from flow_sdk.providers.aws._nodes import AwsNodes, InstanceDetail
+from flow_sdk.providers.aws._imds import IMDS_ENDPOINT, SPOT_ACTION_PATH, ImdsClient
+from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import Cleanup
+from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
 from flow_sdk.providers.aws._s3store import S3ObjectStore
 from flow_sdk.providers.aws._volumes import AwsVolumes, sample_mounts
 from flow_sdk.providers.base import (
@@ -70,8 +72,8 @@ class AwsProvider(Provider):
 
     name: ClassVar[str] = "aws"
 
-    def __init__(self, config: AwsConfig, *, session: boto3.session.Session | None = None
-                 ) -> None:
+    def __init__(self, config: AwsConfig, *, session: boto3.session.Session | None = None,
+                 runtime: NodeRuntime | None = None) -> None:
         self.cfg = config
         self.clients = Clients(config.endpoint_url, session)
         self._bucket = config.bucket
@@ -85,9 +87,9 @@ class AwsProvider(Provider):
         self._logs = CloudWatchLogStore(lambda: self.clients.get("logs", config.region),
                                         config.log_group_prefix, config.log_retention_days)
         self._imds: dict[str, ImdsClient] = {}
-        self.runtime = config.node_runtime()
+        self.runtime: NodeRuntime = runtime if runtime is not None else Ec2Runtime()
         self.nodes = AwsNodes(config, self.clients, self.runtime,
-                              AwsVolumes(self.clients, config.region), self._store,
+                              AwsVolumes(self.clients, config.region, self.name), self._store,
                               self.bucket_name, self.bucket_owner)
 
     # -- construction -----------------------------------------------------------------------
@@ -166,7 +168,7 @@ class AwsProvider(Provider):
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         """Everything about ``spec`` that can be found wrong before anything is created: an
         offer within the price cap, priority and interconnect (the error lists the cheapest
-        offers), what the node runtime cannot do, volumes, the image reference, the
+        offers), volumes, the image reference, the
         user-data size, the node policy's size (mounts) and a runtime cap beyond the expiry
         of the task's objects."""
         problems = []
@@ -174,7 +176,6 @@ class AwsProvider(Provider):
             self._offers(spec)
         except (UnknownRegionError, OfferNotFoundError, CatalogError) as exc:
             problems.append(FieldProblem(exc.field, str(exc)))
-        problems += self.runtime.check(spec)
         if spec.image is not None and not _IMAGE_RE.match(spec.image):
             problems.append(FieldProblem(
                 "image", f"{spec.image!r} is not a container image reference such as "
@@ -238,7 +239,7 @@ class AwsProvider(Provider):
         if spec.image is not None:
             return []
         mine = sdkwheel.python_version()
-        theirs = self.runtime.python() or self.cfg.node_python
+        theirs = self.cfg.node_python
         if theirs is None:
             return [FieldProblem("provider_config", (
                 "provider_config names its own image (ami_id or ami_ssm_parameter) but not "
@@ -269,10 +270,6 @@ class AwsProvider(Provider):
         except (OfferNotFoundError, UnknownRegionError, CatalogError) as exc:
             raise ProviderError(f"no AWS offer for {what}: {exc}") from exc
 
-    def rendezvous_ports(self) -> tuple[int, int]:
-        ports = self.runtime.rendezvous_ports()
-        return ports if ports is not None else super().rendezvous_ports()
-
     # -- nodes ------------------------------------------------------------------------------
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
@@ -282,10 +279,6 @@ class AwsProvider(Provider):
     def list_instances(self, task_id: str) -> list[Instance]:
         return self.nodes.instances(task_id, [raw for _region, raw in
                                               self.nodes.describe_in_regions(task_id)])
-
-    def describe(self, task_id: str) -> list[InstanceDetail]:
-        """The task's instances with type, zone, market and addresses, by instance id."""
-        return self.nodes.describe(task_id)
 
     def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
         return _ssh.ssh_endpoint(self.nodes, task_id, instance_id)
@@ -311,13 +304,14 @@ class AwsProvider(Provider):
         (or deferred while instances shut down: ``gc`` removes those later)."""
         return _teardown.terminate_task(self.nodes, task_id)
 
-    def live_pids(self, task_id: str) -> list[int]:
-        """Processes on this machine that still run nodes of the task (the node runtime's)."""
-        return self.runtime.live_pids(task_id)
-
     def gc(self, *, dry_run: bool = False) -> GcReport:
         """Terminate and delete what belongs to ended tasks (or to no task) of this store."""
         return _gc.collect(self.nodes, dry_run=dry_run)
+
+    def metadata_endpoint(self) -> str | None:
+        """The instance metadata service a node asks when provider_config names none: EC2's
+        own (a subclass whose nodes have none returns None: no notices)."""
+        return IMDS_ENDPOINT
 
     def interruption_notice(self, instance_id: str) -> str | None:
         """The spot interruption notice of this node (``instance_id`` is the asking node's
@@ -328,9 +322,9 @@ class AwsProvider(Provider):
         EC2's JSON text, e.g. ``{"action": "terminate", "time": "2026-01-01T12:00:00Z"}``;
         EC2 stops the instance about two minutes later. Raises ProviderError when the
         metadata service cannot be reached. The endpoint is provider_config
-        ``imds_endpoint``, else the node runtime's (None: no notices).
+        ``imds_endpoint``, else EC2's own (``metadata_endpoint``).
         """
-        endpoint = self.cfg.imds_endpoint or self.runtime.interruption_endpoint()
+        endpoint = self.cfg.imds_endpoint or self.metadata_endpoint()
         if endpoint is None:
             return None
         endpoint = endpoint.replace("{instance_id}", instance_id)

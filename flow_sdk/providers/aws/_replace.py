@@ -39,26 +39,14 @@ from flow_sdk.spec import TaskSpec
 def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[Instance]:
     """Start ``count`` nodes that join the task's running gang (see the module docstring)."""
     task_id, spec = request.task_id, request.spec
-    alive = sorted(nodes.describe_in_regions(task_id, ["pending", "running"]),
-                   key=lambda pair: str(pair[1]["InstanceId"]))
-    if not alive:
-        raise ProviderError(f"task {task_id} has no running node to copy, so lost nodes "
-                            "cannot be replaced; launch the task again")
-    copyable = [(region, raw) for region, raw in alive
-                if tag_value(raw, TAG_ATTEMPT) is not None and network_of(raw)[1]
-                and (raw.get("IamInstanceProfile") or {}).get("Arn")]
-    if not copyable:
-        raise ProviderError(f"no running node of task {task_id} carries an attempt tag, "
-                            "an instance profile and a security group; they were not "
-                            "launched by flow-sdk's aws provider, so none can be copied")
-    region, template = copyable[0]
+    region, template = _template(nodes, task_id)
     attempt = int(str(tag_value(template, TAG_ATTEMPT)))
     profile = template["IamInstanceProfile"]["Arn"]
     gang_subnet, security_group = network_of(template)
     hours = _remaining_hours(nodes, task_id, spec)
-    user_data = nodes.render_user_data(spec, task_id, region, attempt, request.boot_env, hours,
-                                       nodes.ship_code(), volume_mounts=nodes.volumes.remount(task_id, spec,
-                                                                           region))
+    boot = nodes.render_user_data(spec, task_id, region, attempt, request.boot_env, hours,
+                                  nodes.ship_code(),
+                                  volume_mounts=nodes.volumes.remount(task_id, spec, region))
     efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
     zone = str(template["Placement"]["AvailabilityZone"])
     offers = _replacement_offers(spec, template, region)
@@ -84,7 +72,7 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
             ami_id=str(template["ImageId"]),
             root_device=str(template.get("RootDeviceName") or "/dev/sda1"),
             key_name=template.get("KeyName"), instance_profile=str(profile),
-            user_data=user_data, attempt=attempt, store_tag=nodes.store_tag, efa=efa,
+            user_data=boot.user_data, attempt=attempt, store_tag=nodes.store_tag, efa=efa,
             placement_group=resource_name(task_id) if efa else None, count=count,
             replacement=f"{batch}-{number}")
 
@@ -97,12 +85,29 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
             "Nothing was left running, and the running nodes were not touched.")
     started = nodes.instances(task_id, result.launched[2])
     try:
-        nodes.runtime.start(task_id, [(i.instance_id, i.address) for i in started], user_data)
+        nodes.runtime.start(boot, [(i.instance_id, i.address) for i in started])
     except OSError as exc:
         terminate_instances(nodes, task_id, [i.instance_id for i in started])
         raise ProviderError(f"could not start the replacement nodes of task {task_id}: "
                             f"{exc}; they were terminated") from exc
     return started
+
+
+def _template(nodes: AwsNodes, task_id: str) -> tuple[str, dict[str, Any]]:
+    """(region, instance) of the running node of the gang that replacements copy."""
+    alive = sorted(nodes.describe_in_regions(task_id, ["pending", "running"]),
+                   key=lambda pair: str(pair[1]["InstanceId"]))
+    if not alive:
+        raise ProviderError(f"task {task_id} has no running node to copy, so lost nodes "
+                            "cannot be replaced; launch the task again")
+    copyable = [(region, raw) for region, raw in alive
+                if tag_value(raw, TAG_ATTEMPT) is not None and network_of(raw)[1]
+                and (raw.get("IamInstanceProfile") or {}).get("Arn")]
+    if not copyable:
+        raise ProviderError(f"no running node of task {task_id} carries an attempt tag, "
+                            "an instance profile and a security group; they were not "
+                            "launched by flow-sdk's aws provider, so none can be copied")
+    return copyable[0]
 
 
 def network_of(raw: Mapping[str, Any]) -> tuple[str, str]:

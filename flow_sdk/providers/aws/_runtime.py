@@ -1,46 +1,47 @@
 """The node runtime: how the aws provider's instances become running nodes, and how they are
 reached. ``AwsProvider`` launches, lists and terminates EC2 instances the same way whatever it
-holds; the runtime is the one part that differs.
+holds; the runtime is the one part that differs, and the provider never asks which it holds.
 
 ``Ec2Runtime`` is real EC2: the user-data starts each node's agent on the instance, nodes are
-reached at their private addresses, and nothing runs on this machine. Another runtime (built
-by ``AwsConfig.node_runtime``) can play the instances some other way.
+reached at their private addresses, and nothing runs on this machine. Another runtime is
+handed to ``AwsProvider`` by whoever builds it (a provider registered under its own name that
+subclasses ``AwsProvider``); it gets each gang's typed boot (``NodeBoot``) with the rendered
+user-data, and runs the user-data as it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from flow_sdk.errors import FieldProblem
-from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
+from flow_sdk.providers.aws._userdata import BootstrapInputs
 from flow_sdk.spec import TaskSpec
 
 
+@dataclass(frozen=True)
+class NodeBoot:
+    """What the nodes of one gang boot with: the typed inputs their user-data was rendered
+    from, where they were launched, and the rendered user-data itself (what EC2 runs)."""
+
+    task_id: str
+    region: str  # the launch region of the gang
+    attempt: int  # the gang's launch attempt
+    spec: TaskSpec
+    inputs: BootstrapInputs  # boot config, SDK wheel, image, mount paths, volume mounts
+    user_data: str
+
+
 class NodeRuntime(Protocol):
-    """Start and reach the nodes of EC2 instances the provider launched."""
-
-    def check(self, spec: TaskSpec) -> list[FieldProblem]:
-        """What this runtime cannot do for ``spec`` (found before anything is launched)."""
-        ...
-
-    def python(self) -> str | None:
-        """The Python ``major.minor`` the nodes run whatever the image, or None when it is
-        the image's (provider_config image_python, or the default image's)."""
-        ...
+    """Start, reach and stop the nodes of EC2 instances the provider launched."""
 
     def address(self, private_ip: str) -> str:
         """Where the other nodes reach the instance with VPC address ``private_ip``."""
         ...
 
-    def rendezvous_ports(self) -> tuple[int, int] | None:
-        """(agent store port, MASTER_PORT) for a new task; None when each node owns its
-        ports (the provider's defaults apply)."""
-        ...
-
-    def start(self, task_id: str, nodes: Sequence[tuple[str, str]], user_data: str) -> None:
-        """Make ``(instance_id, address)`` nodes run what ``user_data`` starts. Raises OSError
-        when a node cannot be started (the provider then terminates the instances)."""
+    def start(self, boot: NodeBoot, nodes: Sequence[tuple[str, str]]) -> None:
+        """Make ``(instance_id, address)`` nodes run ``boot.user_data``. Raises OSError when a
+        node cannot be started (the provider then terminates the instances)."""
         ...
 
     def stop(self, task_id: str, instance_ids: Sequence[str] | None = None) -> list[int]:
@@ -48,52 +49,31 @@ class NodeRuntime(Protocol):
         pids of this machine's processes it stopped. Idempotent."""
         ...
 
-    def live_pids(self, task_id: str) -> list[int]:
-        """Processes on this machine that still run nodes of the task."""
-        ...
-
     def tasks(self) -> list[str]:
-        """Tasks with nodes run by this machine (``gc`` checks each of them)."""
+        """Tasks with nodes run by this machine (``gc`` stops those of ended tasks)."""
         ...
 
-    def interruption_endpoint(self) -> str | None:
-        """The metadata service a node reads its interruption notices from, or None."""
-        ...
-
-    def ssh_unavailable(self, task_id: str, instance_id: str) -> str | None:
-        """Why the node cannot be reached over SSH, or None when it can."""
+    def node_config(self) -> dict[str, Any]:
+        """Keys added to the provider config the nodes boot with, from which the provider
+        that the nodes rebuild (by its registered name) rebuilds this runtime; the aws
+        provider passes them on without reading them."""
         ...
 
 
 class Ec2Runtime:
     """Real EC2: each instance runs its user-data (the bootstrap starts the agent)."""
 
-    def check(self, spec: TaskSpec) -> list[FieldProblem]:
-        return []
-
-    def python(self) -> str | None:
-        return None
-
     def address(self, private_ip: str) -> str:
         return private_ip
 
-    def rendezvous_ports(self) -> tuple[int, int] | None:
-        return None
-
-    def start(self, task_id: str, nodes: Sequence[tuple[str, str]], user_data: str) -> None:
+    def start(self, boot: NodeBoot, nodes: Sequence[tuple[str, str]]) -> None:
         return None  # EC2 ran the user-data when the instances started
 
     def stop(self, task_id: str, instance_ids: Sequence[str] | None = None) -> list[int]:
         return []  # terminating the instances stopped everything on them
 
-    def live_pids(self, task_id: str) -> list[int]:
-        return []
-
     def tasks(self) -> list[str]:
         return []
 
-    def interruption_endpoint(self) -> str | None:
-        return IMDS_ENDPOINT
-
-    def ssh_unavailable(self, task_id: str, instance_id: str) -> str | None:
-        return None
+    def node_config(self) -> dict[str, Any]:
+        return {}

@@ -23,9 +23,6 @@ def ssh_endpoint(nodes: AwsNodes, task_id: str, instance_id: str) -> SshEndpoint
     ``ssh_user``, the key the per-task key pair written (0600) at launch, or
     ``ssh_key_path`` for a user-named key pair. Raises ProviderError saying why when the
     node cannot be reached yet (no host key published, no address) or at all."""
-    why = nodes.runtime.ssh_unavailable(task_id, instance_id)
-    if why is not None:
-        raise ProviderError(why)
     cfg = nodes.cfg
     found = [(region, raw) for region, raw in nodes.describe_in_regions(task_id)
              if raw.get("InstanceId") == instance_id]

@@ -11,7 +11,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message
-from flow_sdk.providers.aws._launch import terminate_tagged
+from flow_sdk.providers.aws._rollback import terminate_tagged
 from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import Cleanup, delete_resources, tagged_resources
 

@@ -10,7 +10,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -22,8 +22,6 @@ TEMPLATE_NAME = "bootstrap.sh.tmpl"
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64
 SHUTDOWN_GRACE_MINUTES = 10  # the agent's own cap fires first; the power-off is a backstop
 _PLACEHOLDER_RE = re.compile(r"@@([A-Z0-9_]+)@@")
-_BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
-_MOUNT_PATHS_RE = re.compile(r"^FLOW_MOUNT_PATHS=\((.*)\)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -116,18 +114,6 @@ def render(inputs: BootstrapInputs) -> str:
     return script
 
 
-def boot_json_from_user_data(script: str) -> str:
-    """The ``FLOW_BOOT`` value a rendered script starts the agent with."""
-    match = _BOOT_LINE_RE.search(script)
-    if match is None:
-        raise ProviderError("user-data has no FLOW_BOOT_JSON line; it was not rendered from "
-                            f"{TEMPLATE_NAME}")
-    words = shlex.split(match.group(1))
-    if len(words) != 1:
-        raise ProviderError("user-data FLOW_BOOT_JSON is not a single shell word")
-    return words[0]
-
-
 def mount_paths(volumes: Mapping[str, Any], mounts: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(sorted([*volumes, *mounts]))
 
@@ -135,20 +121,3 @@ def mount_paths(volumes: Mapping[str, Any], mounts: Mapping[str, str]) -> tuple[
 def interconnect_of(value: str | None) -> str:
     """``efa`` for EFA or InfiniBand (AWS's fabric is EFA), else ``ethernet``."""
     return "efa" if (value or "").lower() in ("efa", "infiniband") else "ethernet"
-
-
-def render_for(boot_json: str, code: NodeCode, image: str | None, gpus: bool,
-               interconnect: str | None, paths: Sequence[str],
-               max_run_time_hours: float | None, volume_mounts: str = "") -> str:
-    """Shorthand for ``render(BootstrapInputs(...))``."""
-    return render(BootstrapInputs(boot_json, code, image, gpus, interconnect_of(interconnect),
-                                  tuple(paths), max_run_time_hours, volume_mounts))
-
-
-def mount_paths_from_user_data(script: str) -> tuple[str, ...]:
-    """The task's volume and mount paths a rendered script names (``FLOW_MOUNT_PATHS``)."""
-    match = _MOUNT_PATHS_RE.search(script)
-    if match is None:
-        raise ProviderError("user-data has no FLOW_MOUNT_PATHS line; it was not rendered from "
-                            f"{TEMPLATE_NAME}")
-    return tuple(shlex.split(match.group(1)))

@@ -23,11 +23,13 @@ from flow_sdk.spec import TaskSpec, VolumeSpec
 
 
 class AwsVolumes(Volumes):
-    """EFS and EBS volumes of one account, in ``region`` (the provider's home region)."""
+    """EFS and EBS volumes of one account, in ``region`` (the provider's home region); each
+    says it lives on ``provider`` (the provider's registered name)."""
 
-    def __init__(self, clients: Clients, region: str) -> None:
+    def __init__(self, clients: Clients, region: str, provider: str = "aws") -> None:
         self.clients = clients
         self.region = region
+        self.provider = provider
 
     def _efs(self, region: str | None = None) -> Any:
         return self.clients.get("efs", region or self.region)
@@ -38,23 +40,25 @@ class AwsVolumes(Volumes):
     # -- Volumes ---------------------------------------------------------------------------
 
     def list(self) -> list[VolumeInfo]:
-        infos = [VolumeInfo(f.name, "file", f.size_gb, "aws", f.file_system_id, self.region)
+        infos = [VolumeInfo(f.name, "file", f.size_gb, self.provider, f.file_system_id,
+                            self.region)
                  for f in _efs.list_file_systems(self._efs())]
-        infos += [VolumeInfo(v.name, "block", v.size_gb, "aws", v.volume_id, self.region,
-                             in_use_by=(v.attached_to,) if v.attached_to else ())
+        infos += [VolumeInfo(v.name, "block", v.size_gb, self.provider, v.volume_id,
+                             self.region, in_use_by=(v.attached_to,) if v.attached_to else ())
                   for v in _ebs.list_block_volumes(self._ec2())]
         return sorted(infos, key=lambda i: (i.name, i.interface))
 
     def ensure(self, spec: VolumeSpec, *, zone: str | None = None) -> VolumeInfo:
         if spec.interface == "file":
             fs = _efs.ensure_file_system(self._efs(), spec)
-            return VolumeInfo(fs.name, "file", fs.size_gb, "aws", fs.file_system_id,
+            return VolumeInfo(fs.name, "file", fs.size_gb, self.provider, fs.file_system_id,
                               self.region)
         if not zone:
             raise ValidationError([FieldProblem("zone", "an EBS (block) volume lives in one "
                                                         "availability zone: pass zone=...")])
         vol = _ebs.ensure_block_volume(self._ec2(), spec, zone)
-        return VolumeInfo(vol.name, "block", vol.size_gb, "aws", vol.volume_id, self.region)
+        return VolumeInfo(vol.name, "block", vol.size_gb, self.provider, vol.volume_id,
+                          self.region)
 
     def delete(self, name: str, *, force: bool = False) -> bool:
         """EFS refuses to go while mounted and an attached EBS volume is kept, so ``force``

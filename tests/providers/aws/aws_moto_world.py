@@ -17,6 +17,8 @@ import base64
 import copy
 import datetime
 import json
+import re
+import shlex
 import socket
 import threading
 import time
@@ -42,8 +44,10 @@ from flow_sdk import protocol, sdkwheel
 from flow_sdk.protocol import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
-from flow_sdk.providers.aws._simulate import SimulateConfig, SimulatedNodes
+from flow_sdk.providers.aws._resources import TAG_ATTEMPT, tag_value
 from flow_sdk.providers.base import Instance, LaunchRequest
+from flow_sdk.procs import is_alive as process_alive
+from flow_sdk.sim import AwsSimProvider, NodeSettings, SimulatedNodes, instance_pids
 from flow_sdk.sim._gaps import ACTIONS, PLACEMENT_GROUPS
 from flow_sdk.spec import TaskSpec, build_task_spec
 
@@ -202,7 +206,7 @@ class AwsWorld:
 
     def stop_simulated(self) -> list[int]:
         """Stop every simulated instance of this world (a failed test stops its nodes too)."""
-        return SimulatedNodes(SimulateConfig(str(self.sim_root)), self.url).stop_all()
+        return SimulatedNodes(NodeSettings(str(self.sim_root)), self.url).stop_all()
 
     def config(self, **overrides: Any) -> dict[str, Any]:
         # image_python: the fake image runs this interpreter's Python (as a user names an
@@ -211,11 +215,17 @@ class AwsWorld:
                                   "endpoint_url": self.url, "ssh_cidr": "127.0.0.1/32",
                                   "image_python": sdkwheel.python_version()}
         config.update(overrides)
-        if "simulate" in overrides:
-            # The simulated image keeps the SDK environments of this test session's runner
-            # (by wheel digest), so a node installs the wheel only on the first boot.
-            config["simulate"] = {"envs": str(self.tmp.parent / "sim-envs"),
-                                  **overrides["simulate"]}
+        return config
+
+    def sim_config(self, **overrides: Any) -> dict[str, Any]:
+        """The ``aws-sim`` provider_config of this world: its moto server, its root, and any
+        aws or simulated-node setting. The simulated image keeps the SDK environments of this
+        test session's runner (by wheel digest), so a node installs the wheel only on the
+        first boot."""
+        config = self.config(root=str(self.sim_root), envs=str(self.tmp.parent / "sim-envs"),
+                             **overrides)
+        if "image_python" not in overrides:
+            del config["image_python"]  # the simulated image's Python: its interpreter's
         return config
 
     def provider(self, recorder: Recorder | None = None, **overrides: Any) -> AwsProvider:
@@ -223,6 +233,13 @@ class AwsWorld:
         if recorder is not None:
             recorder.attach(session)
         return AwsProvider.from_config(self.config(**overrides), session=session)
+
+    def sim_provider(self, recorder: Recorder | None = None, **overrides: Any
+                     ) -> AwsSimProvider:
+        session = boto3.session.Session()
+        if recorder is not None:
+            recorder.attach(session)
+        return AwsSimProvider.from_config(self.sim_config(**overrides), session=session)
 
     def client(self, service: str, region: str = "us-east-1") -> Any:
         return boto3.client(service, region_name=region, endpoint_url=self.url)
@@ -466,8 +483,78 @@ def node_config_of(provider: AwsProvider, instance_id: str, region: str) -> dict
     recorded = provider.clients.get("ec2", region).describe_instance_attribute(
         InstanceId=instance_id, Attribute="userData")
     script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
-    boot: dict[str, Any] = json.loads(_userdata.boot_json_from_user_data(script))
+    boot: dict[str, Any] = json.loads(boot_json_of(script))
     return dict(boot["provider_config"])
+
+
+_BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
+
+
+def boot_json_of(script: str) -> str:
+    """The ``FLOW_BOOT`` value a rendered user-data script starts the agent with (tests read
+    what a launch sent; the library never parses its own script back)."""
+    match = _BOOT_LINE_RE.search(script)
+    assert match is not None, "the user-data has no FLOW_BOOT_JSON line"
+    words = shlex.split(match.group(1))
+    assert len(words) == 1, "FLOW_BOOT_JSON is not a single shell word"
+    return words[0]
+
+
+# -- the simulated cloud's nodes, as tests look at them ------------------------------------
+
+
+def live_pids(provider: AwsSimProvider, task_id: str) -> list[int]:
+    """The task's simulated instance processes, and every process of its instances, still
+    running."""
+    pids = []
+    for rec in provider.sim.records(task_id):
+        if process_alive(int(rec["pid"]), rec["ticks"]):
+            pids.append(int(rec["pid"]))
+        pids.extend(instance_pids(rec["tag"]))
+    return sorted(set(pids))
+
+
+def agent_pid(provider: AwsSimProvider, task_id: str, instance_id: str) -> int:
+    """The pid of a simulated node's agent (``python -m flow_sdk.agent`` on the instance)."""
+    tags = [r["tag"] for r in provider.sim.records(task_id) if r["instance_id"] == instance_id]
+    assert tags, f"the simulated cloud has no node {instance_id} of task {task_id}"
+    for pid in instance_pids(tags[0]):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"flow_sdk.agent" in argv:
+            return pid
+    raise AssertionError(f"node {instance_id} of task {task_id} runs no agent (yet)")
+
+
+@dataclass(frozen=True)
+class InstanceDetail:
+    """One EC2 instance of a task, as ``describe`` reports it."""
+
+    instance_id: str
+    instance_type: str
+    zone: str
+    market: str
+    state: str
+    address: str
+    public_ip: str | None
+    attempt: str | None
+    launched_at: float
+
+
+def describe(provider: AwsProvider, task_id: str) -> list[InstanceDetail]:
+    """The task's instances with type, zone, market and addresses, by instance id."""
+    details = []
+    for _region, raw in provider.nodes.describe_in_regions(task_id):
+        base = provider.nodes.instance(task_id, raw)
+        details.append(InstanceDetail(
+            instance_id=base.instance_id, instance_type=str(raw.get("InstanceType")),
+            zone=str(raw.get("Placement", {}).get("AvailabilityZone")),
+            market=base.market, state=str(raw.get("State", {}).get("Name")),
+            address=base.address, public_ip=raw.get("PublicIpAddress"),
+            attempt=tag_value(raw, TAG_ATTEMPT), launched_at=base.launched_at))
+    return sorted(details, key=lambda d: d.instance_id)
 
 
 # -- the pieces of a moto world, shared by the aws provider and provider contract tests --------

@@ -153,6 +153,6 @@ def test_printing_step_emits_a_block_the_parser_reads(tmp_path: Any) -> None:
 
 
 def test_simulated_nodes_have_no_ssh(aws: AwsWorld) -> None:
-    provider = aws.provider(simulate={"root": str(aws.sim_root)})
+    provider = aws.sim_provider()
     with pytest.raises(ProviderError, match="runs no sshd"):
         provider.ssh_endpoint("ssh-5", "i-1")

@@ -151,7 +151,7 @@ def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
 
 
 def test_simulated_cloud_takes_volumes_and_mounts(aws: AwsWorld) -> None:
-    provider = aws.provider(simulate={"root": str(aws.sim_root)})
+    provider = aws.sim_provider()
     assert provider.check(spec(num_instances=1, priority="high", volumes=FILE_VOLUME,
                                mounts={"/data": "s3://datasets/x"})) == []
     block = {"/scratch": {"name": "scratch", "size_gb": 10, "interface": "block"}}

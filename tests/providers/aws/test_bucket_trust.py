@@ -16,15 +16,25 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_moto_world import ACCOUNT, BUCKET, AwsWorld, Recorder, S3Wire, launch_ids, spec
+from aws_moto_world import (
+    ACCOUNT,
+    BUCKET,
+    AwsWorld,
+    Recorder,
+    S3Wire,
+    boot_json_of,
+    launch_ids,
+    spec,
+)
 from flow_testing import wait_until
 
 from flow_sdk import FlowApp, TaskStatus, protocol, signing
 from flow_sdk.errors import ProviderError
 from flow_sdk.protocol import Outcome, TaskRecord
-from flow_sdk.providers.aws import AwsProvider, _userdata
+from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._lifecycle import rule_ids
 from flow_sdk.providers.objects_gc import remove_finished_tasks
+from flow_sdk.sim import AwsSimProvider
 
 DEFAULT_BUCKET = f"flow-sdk-{ACCOUNT}-us-east-1"
 OTHER_ACCOUNT = "111111111111"
@@ -45,9 +55,13 @@ class S3Calls:
         return [(name, params) for name, params in self.calls if params.get("Bucket") == bucket]
 
 
-def hooked_provider(world: AwsWorld, **overrides: Any) -> tuple[AwsProvider, S3Calls]:
+def hooked_provider(world: AwsWorld, *, sim: bool = False, **overrides: Any
+                    ) -> tuple[AwsProvider, S3Calls]:
+    """The aws provider (``sim``: the simulated cloud's) with its S3 calls recorded."""
     session = boto3.session.Session()
     calls = S3Calls(session)
+    if sim:
+        return AwsSimProvider.from_config(world.sim_config(**overrides), session=session), calls
     return AwsProvider.from_config(world.config(**overrides), session=session), calls
 
 
@@ -81,8 +95,8 @@ def test_every_s3_request_on_the_default_bucket_names_its_owner(
     """A whole launch-to-result on the simulated cloud with the default bucket: every S3 call
     of the client (seen on its boto3 session) and every S3 request that reached the server
     (the nodes' too) carries ExpectedBucketOwner."""
-    provider, calls = hooked_provider(aws, bucket=None, simulate={"root": str(aws.sim_root)})
-    app = FlowApp("owner", provider="aws", provider_config=aws.config(bucket=None))
+    provider, calls = hooked_provider(aws, sim=True, bucket=None)
+    app = FlowApp("owner", provider="aws-sim", provider_config=aws.sim_config(bucket=None))
     monkeypatch.setattr(app, "provider", lambda name=None: provider)
     task = app.function(num_instances=2, priority="high", quiet=True)(_answer).spawn()
     try:
@@ -115,7 +129,7 @@ def test_the_nodes_boot_with_the_owner_and_fetch_the_wheel_with_it(aws: AwsWorld
     [node] = launch_ids(provider, "own-1", spec(num_instances=1, priority="high"))
     raw = aws.client("ec2").describe_instance_attribute(InstanceId=node, Attribute="userData")
     script = base64.b64decode(raw["UserData"]["Value"]).decode()
-    config = json.loads(_userdata.boot_json_from_user_data(script))["provider_config"]
+    config = json.loads(boot_json_of(script))["provider_config"]
     assert (config["bucket"], config["bucket_owner"]) == (DEFAULT_BUCKET, ACCOUNT)
     [fetch] = [line for line in script.splitlines()
                if "--expected-bucket-owner" in line and not line.startswith("#")]

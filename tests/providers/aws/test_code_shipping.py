@@ -6,11 +6,10 @@ import hashlib
 import json
 
 import pytest
-from aws_moto_world import BUCKET, AwsWorld, Recorder, launch, spec
+from aws_moto_world import BUCKET, AwsWorld, Recorder, boot_json_of, launch, spec
 
 from flow_sdk import FlowApp, ValidationError, protocol, sdkwheel
 from flow_sdk.errors import LaunchWarning, ProviderError
-from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._config import DLAMI_PYTHON, AwsConfig
 
 
@@ -19,7 +18,7 @@ def test_launch_stores_the_wheel_by_digest_and_the_user_data_names_it(
     provider = aws.provider(recorder)
     launch(provider, "code-1", spec(priority="high"))
     [sent] = recorder.run_instances
-    code = json.loads(_userdata.boot_json_from_user_data(sent["UserData"]))[
+    code = json.loads(boot_json_of(sent["UserData"]))[
         "provider_config"]["code"]
     assert code["key"] == protocol.code_key(code["sha256"]) == f"code/{code['sha256']}.whl"
     assert code["python"] == sdkwheel.python_version()

@@ -7,7 +7,15 @@ import time
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Recorder, launch_ids, node_config_of, placement_groups, spec
+from aws_moto_world import (
+    AwsWorld,
+    Recorder,
+    describe,
+    launch_ids,
+    node_config_of,
+    placement_groups,
+    spec,
+)
 
 from flow_sdk import protocol
 from flow_sdk.errors import FlowError, ProviderError
@@ -15,7 +23,7 @@ from flow_sdk.protocol import Outcome
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._resources import key_path, tags
-from flow_sdk.providers.aws._simulate import simulated_address
+from flow_sdk.sim import simulated_address
 
 
 def end(provider: AwsProvider, task_id: str) -> None:
@@ -47,7 +55,7 @@ def test_simulated_addresses_map_onto_loopback(aws: AwsWorld) -> None:
     assert simulated_address("10.1.2.3") == "127.1.2.3"
     with pytest.raises(ProviderError, match="IPv4"):
         simulated_address("fe80::1")
-    provider = aws.provider(simulate={"root": str(aws.sim_root)})
+    provider = aws.sim_provider()
     plain = aws.provider()
     ids = launch_ids(plain, "disc-2", spec(num_instances=2, priority="high"))
     mapped = {i.instance_id: i.address for i in provider.list_instances("disc-2")}
@@ -58,14 +66,14 @@ def test_simulated_addresses_map_onto_loopback(aws: AwsWorld) -> None:
 
 def test_rendezvous_ports_are_fixed_on_aws_and_free_in_simulation(aws: AwsWorld) -> None:
     assert aws.provider().rendezvous_ports() == (29471, 29500)
-    first = aws.provider(simulate={"root": str(aws.sim_root)}).rendezvous_ports()
+    first = aws.sim_provider().rendezvous_ports()
     assert first[0] != first[1] and all(p > 1024 for p in first)
 
 
 def test_describe_reports_type_zone_market_and_attempt(aws: AwsWorld) -> None:
     provider = aws.provider()
     ids = launch_ids(provider, "desc-1", spec(num_instances=2, priority="low"))
-    details = provider.describe("desc-1")
+    details = describe(provider, "desc-1")
     assert [d.instance_id for d in details] == sorted(ids)
     assert {(d.instance_type, d.market, d.state, d.attempt) for d in details} == {
         ("c7i.xlarge", "spot", "running", "1")}
@@ -147,7 +155,7 @@ def test_config_is_json_safe_and_credential_free(aws: AwsWorld) -> None:
     with pytest.raises(ProviderError, match="must not hold credentials"):
         AwsProvider.from_config({"aws_secret_access_key": "x"})
     with pytest.raises(ProviderError, match="must not hold credentials"):
-        AwsProvider.from_config({"simulate": {"root": "/tmp", "session_token": "x"}})
+        AwsProvider.from_config({"code": {"key": "k", "session_token": "x"}})
     with pytest.raises(ProviderError, match="unknown key"):
         AwsProvider.from_config({"regoin": "us-east-1"})
     with pytest.raises(ProviderError, match="whole internet"):

@@ -44,7 +44,7 @@ def lease_of(provider: AwsProvider, task_id: str) -> LaunchLease:
 
 def fail_start(provider: AwsProvider, monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
     """Make the node runtime's start (after EC2 answered with the gang) run ``action``."""
-    def start(task_id: str, nodes: Any, user_data: str) -> None:
+    def start(boot: Any, nodes: Any) -> None:
         action()
 
     monkeypatch.setattr(provider.runtime, "start", start)

@@ -16,7 +16,14 @@ import subprocess
 from typing import Any
 
 import pytest
-from aws_moto_world import NODE_CODE, AwsWorld, Recorder, placement_groups, spec
+from aws_moto_world import (
+    NODE_CODE,
+    AwsWorld,
+    Recorder,
+    boot_json_of,
+    placement_groups,
+    spec,
+)
 
 from flow_sdk.catalog import find_offers
 from flow_sdk.errors import ProviderError
@@ -184,7 +191,7 @@ def test_boot_config_round_trips_through_the_user_data_and_holds_no_credentials(
                                                                     "attempt": 2}}
     boot_json = _userdata.node_boot_env(boot_env, node_config)
     script = _render(boot_json=boot_json)
-    assert json.loads(_userdata.boot_json_from_user_data(script))["provider_config"] == node_config
+    assert json.loads(boot_json_of(script))["provider_config"] == node_config
     with pytest.raises(ProviderError, match="must not hold credentials"):
         _userdata.node_boot_env(boot_env, {"aws_secret_access_key": "x"})
 
@@ -237,7 +244,7 @@ def test_launch_as_recorded_by_moto(aws: AwsWorld, recorder: Recorder) -> None:
     assert user_data == sent["UserData"]
     assert "testing" not in user_data and "AWS_SECRET" not in user_data.upper().replace(
         "AWS_SECRET_ACCESS_KEY", "") and "aws_access_key" not in user_data.lower()
-    boot = json.loads(_userdata.boot_json_from_user_data(user_data))
+    boot = json.loads(boot_json_of(user_data))
     assert boot["provider_config"]["launch"] == {"task_id": "train-rec-1",
                                                  "region": "us-east-1", "attempt": 1}
     volumes = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id",
@@ -310,7 +317,7 @@ def test_efa_launch_gets_a_cluster_placement_group_and_efa_interfaces(
     assert len(raw) == 2
     assert {i["NetworkInterfaces"][0]["SubnetId"] for i in raw} == {
         sent["NetworkInterfaces"][0]["SubnetId"]}
-    boot = json.loads(_userdata.boot_json_from_user_data(sent["UserData"]))
+    boot = json.loads(boot_json_of(sent["UserData"]))
     assert boot["task_id"] == "efa-1"
     assert "FLOW_INTERCONNECT=efa" in sent["UserData"]
     provider.terminate("efa-1")

@@ -92,15 +92,14 @@ def test_interruption_notice_reads_imdsv2_with_one_cached_token(aws: AwsWorld,
 
 
 def test_each_simulated_node_reads_its_own_metadata(aws: AwsWorld, imds: FakeImds) -> None:
-    provider = aws.provider(imds_endpoint=imds.endpoint + "/{instance_id}",
-                            simulate={"root": str(aws.sim_root)})
+    provider = aws.sim_provider(imds_endpoint=imds.endpoint + "/{instance_id}")
     notice = imds.interrupt("i-0b")
     assert provider.interruption_notice("i-0a") is None
     assert provider.interruption_notice("i-0b") == notice
     assert {path.split("/")[1] for _m, path, _s in imds.requests} == {"i-0a", "i-0b"}
     # a simulated cloud with no imds_endpoint has no metadata service: never a notice, and
     # never a connection attempt (this process may reach 127.0.0.0/8 only)
-    bare = aws.provider(simulate={"root": str(aws.sim_root)})
+    bare = aws.sim_provider()
     assert bare.interruption_notice("i-0a") is None
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -15,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_moto_world import BUCKET, AwsWorld
+from aws_moto_world import BUCKET, AwsWorld, live_pids
 from flow_testing import results_or_cancel, wait_until
 
 from flow_sdk import FlowApp, TaskFailedError, TaskStatus, ValidationError, sdkwheel
 from flow_sdk.errors import ProviderError
-from flow_sdk.providers.aws import AwsProvider
-from flow_sdk.providers.aws._siminstance import INSTANCE_ENV
+from flow_sdk.sim import INSTANCE_ENV, AwsSimProvider
 
 pytestmark = pytest.mark.slow
 
@@ -55,9 +56,9 @@ def _mounts_under(root: Path) -> list[str]:
     return [line.split()[4] for line in lines if line.split()[4].startswith(str(root))]
 
 
-def _no_leftovers(aws: AwsWorld, provider: AwsProvider, task_id: str) -> None:
+def _no_leftovers(aws: AwsWorld, provider: AwsSimProvider, task_id: str) -> None:
     assert aws.non_terminated() == []
-    assert provider.live_pids(task_id) == []
+    assert live_pids(provider, task_id) == []
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit()
                 and _tagged(p, task_id)]
     assert _mounts_under(aws.sim_root) == []
@@ -72,8 +73,7 @@ def _tagged(proc: Path, task_id: str) -> bool:
 
 
 def _sim(aws: AwsWorld, **settings: Any) -> FlowApp:
-    return FlowApp("boot", provider="aws", provider_config=aws.config(
-        simulate={"root": str(aws.sim_root), **settings}))
+    return FlowApp("boot", provider="aws-sim", provider_config=aws.sim_config(**settings))
 
 
 def test_two_nodes_boot_the_callers_sdk_by_digest_even_60s_apart_and_match_local(
@@ -107,7 +107,7 @@ def test_two_nodes_boot_the_callers_sdk_by_digest_even_60s_apart_and_match_local
 
     assert shape(results) == shape(local_results)
     provider = task.provider
-    assert isinstance(provider, AwsProvider)
+    assert isinstance(provider, AwsSimProvider)
     _no_leftovers(aws, provider, task.task_id)
 
 
@@ -124,7 +124,7 @@ def test_a_tampered_sdk_wheel_is_refused_by_the_node(aws: AwsWorld) -> None:
     assert "nothing was installed" in message  # the boot log's last lines are in the error
     assert "nothing was installed" in "\n".join(task.logs(source="boot"))
     provider = task.provider
-    assert isinstance(provider, AwsProvider)
+    assert isinstance(provider, AwsSimProvider)
     _no_leftovers(aws, provider, task.task_id)
 
 
@@ -140,7 +140,7 @@ def test_a_node_whose_boot_fails_before_the_agent_leaves_its_output(aws: AwsWorl
     assert "404" in message or "Not Found" in message or "does not exist" in message
     assert "finished with exit code" in "\n".join(task.logs(source="boot"))
     provider = task.provider
-    assert isinstance(provider, AwsProvider)
+    assert isinstance(provider, AwsSimProvider)
     _no_leftovers(aws, provider, task.task_id)
 
 
@@ -149,6 +149,9 @@ def test_an_image_python_of_another_version_is_refused_before_launch(
     other = tmp_path / "python3"
     other.write_text("#!/bin/sh\necho 3.99\n")
     other.chmod(0o755)
+    aws_cli = shutil.which("aws", path=str(Path(sys.executable).parent))
+    assert aws_cli is not None
+    (tmp_path / "aws").symlink_to(aws_cli)  # the image has the AWS CLI, but another Python
     app = _sim(aws, python=str(other))
     whoami = app.function(num_instances=2, priority="high", quiet=True)(_whoami)
     with pytest.raises(ValidationError, match=r"Python 3\.99.*Python 3\.\d+"):
@@ -164,7 +167,7 @@ def sleeper() -> None:
     time.sleep(3600)
 
 config = json.loads(sys.argv[1])
-fn = FlowApp("capped", provider="aws", provider_config=config).function(
+fn = FlowApp("capped", provider="aws-sim", provider_config=config).function(
     num_instances=1, priority="high", max_run_time_hours=1)(sleeper)
 task = fn.spawn()
 print(task.task_id, flush=True)
@@ -174,7 +177,7 @@ print(task.task_id, flush=True)
 def test_the_runtime_cap_timer_terminates_the_instance_with_the_caller_gone(
         aws: AwsWorld, tmp_path: Path) -> None:
     # 1 h cap + 10 min grace = a 70-minute power-off timer; 0.15 s minutes make it 10.5 s
-    config = aws.config(simulate={"root": str(aws.sim_root), "minute_s": 0.15})
+    config = aws.sim_config(minute_s=0.15)
     script = tmp_path / "caller.py"
     script.write_text(_CALLER)
     caller = subprocess.run([sys.executable, str(script), json.dumps(config)],
@@ -233,7 +236,7 @@ def test_an_efs_volume_is_shared_by_two_nodes_and_an_s3_mount_is_read_only(
     shared = aws.sim_root / "efs" / fs["FileSystemId"]
     assert sorted(p.name for p in shared.iterdir()) == ["from-0", "from-1"]
     provider = task.provider
-    assert isinstance(provider, AwsProvider)
+    assert isinstance(provider, AwsSimProvider)
     _no_leftovers(aws, provider, task.task_id)
 
 
@@ -279,11 +282,11 @@ def test_a_blank_ebs_volume_flow_did_not_create_is_never_formatted(aws: AwsWorld
 @pytest.mark.parametrize(("settings", "named"), [
     ({"minute_s": 0}, "minute_s"), ({"minute_s": True}, "minute_s"),
     ({"boot_delay_s": [0, -1]}, "boot_delay_s"), ({"boot_delay_s": "60"}, "boot_delay_s"),
-    ({"wheelhouse": ""}, "wheelhouse"), ({"python": "python3"}, "simulate.python"),
-    ({"speed": 2}, "unknown keys ['speed']"),
+    ({"wheelhouse": ""}, "wheelhouse"), ({"python": "python3"}, "provider_config.python"),
+    ({"speed": 2}, "unknown key(s) ['speed']"),
 ])
 def test_bad_simulate_settings_name_the_setting(aws: AwsWorld, settings: dict[str, Any],
                                                 named: str) -> None:
-    with pytest.raises(ProviderError, match=named.replace("[", r"\[").replace("]", r"\]")):
-        aws.provider(simulate={"root": str(aws.sim_root), **settings})
+    with pytest.raises(ProviderError, match=re.escape(named)):
+        aws.sim_provider(**settings)
     assert aws.instances() == []

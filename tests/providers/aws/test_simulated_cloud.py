@@ -1,4 +1,4 @@
-"""The simulated cloud: a whole ``.remote()`` through ``provider="aws"`` over real boto3/HTTP.
+"""The simulated cloud: a whole ``.remote()`` through ``provider="aws-sim"`` over real boto3/HTTP.
 
 moto's instances boot here through the real bootstrap: launch (run_instances), discovery
 (describe_instances), payload from S3, rendezvous, a real gloo all-reduce, results to S3, logs
@@ -15,13 +15,12 @@ import signal
 from typing import Any
 
 import pytest
-from aws_moto_world import BUCKET, AwsWorld, Wire
+from aws_moto_world import BUCKET, AwsWorld, Wire, agent_pid, live_pids
 from flow_testing import results_or_cancel, wait_until
 
 from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, protocol
 from flow_sdk.protocol import LaunchRecord
-from flow_sdk.providers.aws import AwsProvider
-from flow_sdk.providers.aws._simulate import SimulatedNodes
+from flow_sdk.sim import AwsSimProvider, SimulatedNodes
 from fake_imds import FakeImds
 
 pytestmark = pytest.mark.slow
@@ -51,8 +50,8 @@ def _shape(results: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 def test_two_nodes_two_workers_gloo_on_simulated_aws_matches_local(aws: AwsWorld) -> None:
-    sim = FlowApp("sim", provider="aws",
-                  provider_config=aws.config(simulate={"root": str(aws.sim_root)}))
+    sim = FlowApp("sim", provider="aws-sim",
+                  provider_config=aws.sim_config())
     on_aws = sim.function(num_instances=2, workers_per_node=2, priority="high")(_allreduce)
     task = on_aws.spawn()
     results = results_or_cancel(task, 150)
@@ -66,14 +65,14 @@ def test_two_nodes_two_workers_gloo_on_simulated_aws_matches_local(aws: AwsWorld
         (10.0, r, 4, r // 2, r % 2) for r in range(4)]
 
     provider = task.provider
-    assert isinstance(provider, AwsProvider)
+    assert isinstance(provider, AwsSimProvider)
     # the leader is the lowest instance id, at its moto private address mapped onto loopback
     nodes = provider.list_instances(task.task_id)
     assert {r["master"] for r in results} == {nodes[0].address}
     assert nodes[0].address.startswith("127.")
     # teardown: no instance left running in moto, no agent process alive
     assert aws.non_terminated() == []
-    assert provider.live_pids(task.task_id) == []
+    assert live_pids(provider, task.task_id) == []
     # results and status went through S3; logs through CloudWatch
     keys = aws.client("s3").list_objects_v2(Bucket="flow-test-bucket",
                                             Prefix=f"flow/tasks/{task.task_id}/")["Contents"]
@@ -102,8 +101,8 @@ def _fails_on_node_1() -> int:
 
 
 def test_a_failing_node_fails_the_task_and_tears_everything_down(aws: AwsWorld) -> None:
-    sim = FlowApp("sim", provider="aws",
-                  provider_config=aws.config(simulate={"root": str(aws.sim_root)}))
+    sim = FlowApp("sim", provider="aws-sim",
+                  provider_config=aws.sim_config())
     task = sim.function(num_instances=2, priority="high")(_fails_on_node_1).spawn()
     with pytest.raises(ValueError, match="bad shard on node 1") as caught:
         task.result(timeout=120)
@@ -111,7 +110,8 @@ def test_a_failing_node_fails_the_task_and_tears_everything_down(aws: AwsWorld) 
     outcome = task.outcome()
     assert outcome is not None and outcome.node == 1 and outcome.status == "FAILED"
     assert aws.non_terminated() == []
-    assert isinstance(task.provider, AwsProvider) and task.provider.live_pids(task.task_id) == []
+    assert isinstance(task.provider, AwsSimProvider)
+    assert live_pids(task.provider, task.task_id) == []
 
 
 def _resilient() -> dict[str, Any]:
@@ -145,14 +145,14 @@ def _tags(raw: dict[str, Any]) -> dict[str, str]:
 def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
         aws: AwsWorld, ec2_wire: Wire, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    sim = FlowApp("sim", provider="aws",
-                  provider_config=aws.config(simulate={"root": str(aws.sim_root)}))
+    sim = FlowApp("sim", provider="aws-sim",
+                  provider_config=aws.sim_config())
     # spot at a cap between the spot ($0.0731) and on-demand ($0.1785) price of c7i.xlarge
     resilient = sim.function(num_instances=2, max_restarts=1, priority="med",
                              max_price_per_hour=0.10)(_resilient)
     task = resilient.spawn()
     provider = task.provider
-    assert isinstance(provider, AwsProvider) and isinstance(provider.runtime, SimulatedNodes)
+    assert isinstance(provider, AwsSimProvider) and isinstance(provider.runtime, SimulatedNodes)
     try:
         # the launch record carries each node's real offer price and market
         raw_launch = provider.store.get(protocol.launch_key(task.task_id))
@@ -169,7 +169,7 @@ def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
                    "both ranks ready")
         first = {n.node: n.instance_id for n in task.nodes()}
         lost = first[1]
-        os.kill(provider.runtime.agent_pid(task.task_id, lost), signal.SIGKILL)
+        os.kill(agent_pid(provider, task.task_id, lost), signal.SIGKILL)
         results = task.results(timeout=180)
     finally:
         if not task.status.is_terminal:
@@ -197,7 +197,7 @@ def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
 
     # zero instances and zero processes left
     assert aws.non_terminated() == []
-    assert provider.live_pids(task.task_id) == []
+    assert live_pids(provider, task.task_id) == []
 
     # no secret anywhere: user-data, CloudWatch log events, stored objects, raw boot output
     ec2, logs, s3 = aws.client("ec2"), aws.client("logs"), aws.client("s3")
@@ -223,8 +223,7 @@ def test_a_spot_interruption_notice_replaces_the_node(aws: AwsWorld) -> None:
     # replacement, and terminates itself last.
     imds = FakeImds().start()
     try:
-        sim = FlowApp("sim", provider="aws", provider_config=aws.config(
-            simulate={"root": str(aws.sim_root)},
+        sim = FlowApp("sim", provider="aws-sim", provider_config=aws.sim_config(
             imds_endpoint=imds.endpoint + "/{instance_id}"))  # each node's own IMDS
         resilient = sim.function(num_instances=2, max_restarts=1, priority="med",
                                  max_price_per_hour=0.10)(_resilient)

@@ -43,8 +43,8 @@ def test_simulated_nodes_make_no_describe_instances_for_discovery(
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", _counting(
         counts, "client", botocore.client.BaseClient._make_api_call,
         lambda operation, *_: operation == "DescribeInstances"))
-    sim = FlowApp("sim", provider="aws",
-                  provider_config=aws.config(simulate={"root": str(aws.sim_root)}))
+    sim = FlowApp("sim", provider="aws-sim",
+                  provider_config=aws.sim_config())
     task = sim.function(num_instances=2, priority="high")(_node).spawn()
     results = results_or_cancel(task, 150)
     assert task.status is TaskStatus.SUCCEEDED and results == [0, 1]

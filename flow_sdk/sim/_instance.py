@@ -1,14 +1,14 @@
-"""One simulated EC2 instance: ``python -m flow_sdk.providers.aws._siminstance <instance.json>``.
+"""One simulated EC2 instance: ``python -m flow_sdk.sim._instance <instance.json>``.
 
 It plays what EC2 and the instance's OS do for a real node, and nothing more:
 
-* the instance metadata service: an IMDSv2 emulator on loopback (``_simimds``), which the node
+* the instance metadata service: an IMDSv2 emulator on loopback (``_imds``), which the node
   reaches through ``AWS_EC2_METADATA_SERVICE_ENDPOINT``;
 * boot: after ``boot_delay_s`` (a slow image or network), the rendered user-data runs,
-  unmodified, with bash as root in a mount namespace of the instance's own (``_simroot``), in
+  unmodified, with bash as root in a mount namespace of the instance's own (``_root``), in
   the environment a cloud-init run has, plus the endpoint overrides: ``AWS_ENDPOINT_URL``
   sends the node's AWS calls (S3, CloudWatch Logs, EC2) to the simulated cloud's endpoint;
-* what cannot exist on this machine, through shims on the node's PATH (``simshims/``):
+* what cannot exist on this machine, through shims on the node's PATH (``shims/``):
   ``shutdown`` asks this process to power the instance off (now, or after N minutes of
   ``minute_s`` seconds each), and an NFS mount of an EFS file system binds that file system's
   shared directory under ``<root>/efs``;
@@ -35,13 +35,13 @@ from pathlib import Path
 from types import FrameType
 
 from flow_sdk.aws_clients import make_client
-from flow_sdk.providers import process
-from flow_sdk.providers.aws._simimds import ImdsEmulator
+from flow_sdk import procs
+from flow_sdk.sim._imds import ImdsEmulator
 
 CONTROL_DIR = "/run/flow-sim"  # in the instance's namespace: where ``shutdown`` writes
 POWEROFF_FILE = "poweroff"  # its text: the epoch second to power off at
 INSTANCE_ENV = "FLOW_SIM_INSTANCE"  # every process of the instance: "<task id>/<instance id>"
-SHIMS = Path(__file__).resolve().parent / "simshims"  # copied under the root at launch
+SHIMS = Path(__file__).resolve().parent / "shims"  # copied under the root at launch
 _POLL_S = 0.2
 _ATTACH_POLL_S = 1.0
 DEVICES_FILE = "devices.json"  # volume id -> loop device, for the stop of the instance
@@ -84,7 +84,7 @@ class InstanceSpec:
 
 def instance_pids(tag: str) -> list[int]:
     """Live processes of the simulated instance ``tag`` (this one excluded)."""
-    return process.pids_with_env(INSTANCE_ENV, [tag])
+    return procs.pids_with_env(INSTANCE_ENV, [tag])
 
 
 def boot_env(spec: InstanceSpec, imds_endpoint: str, environ: dict[str, str]) -> dict[str, str]:
@@ -142,7 +142,7 @@ class Instance:
         env_file.write_text(json.dumps(env))
         env_file.chmod(0o600)
         with open(self.node / "console.log", "ab") as console:
-            boot = subprocess.Popen([sys.executable, "-m", "flow_sdk.providers.aws._simroot",
+            boot = subprocess.Popen([sys.executable, "-m", "flow_sdk.sim._root",
                                      str(self.node / "instance.json")],
                                     stdin=subprocess.DEVNULL, stdout=console,
                                     stderr=subprocess.STDOUT, start_new_session=True,
@@ -210,7 +210,7 @@ class Instance:
             self.say(f"EBS volume {volume_id} attached as {loop} ({image})")
 
     def stop_processes(self) -> None:
-        stopped = process.stop_pids(instance_pids(self.spec.tag))
+        stopped = procs.stop_pids(instance_pids(self.spec.tag))
         if stopped:
             self.say(f"stopped {len(stopped)} process(es)")
 

@@ -1,6 +1,6 @@
 """Runs a simulated instance's user-data the way its OS would, as root in a mount namespace of
-its own: ``python -m flow_sdk.providers.aws._simroot <instance.json>`` (started by
-``_siminstance``).
+its own: ``python -m flow_sdk.sim._root <instance.json>`` (started by
+``_instance``).
 
 The namespace shows the host's files (``flow_sdk.mountns``) except the node's own state:
 ``/var/lib/flow``, ``/opt/flow``, the control directory the ``shutdown`` shim writes to,
@@ -8,7 +8,7 @@ The namespace shows the host's files (``flow_sdk.mountns``) except the node's ow
 each a directory of this instance's; ``/opt/flow/envs``, the SDK environments by wheel
 digest, is shared by all instances, as if their image carried it. ``/dev/console`` is the
 instance's console file (what EC2's GetConsoleOutput would show). Then it replaces itself
-with ``bash <user-data>`` in the environment ``_siminstance`` prepared: the script runs
+with ``bash <user-data>`` in the environment ``_instance`` prepared: the script runs
 unmodified, and nothing it or its children mount reaches the host.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from flow_sdk.mountns import Bind, bind_file, enter_private_root
-from flow_sdk.providers.aws._siminstance import CONTROL_DIR, InstanceSpec
+from flow_sdk.sim._instance import CONTROL_DIR, InstanceSpec
 
 
 def private_binds(spec: InstanceSpec) -> list[Bind]:

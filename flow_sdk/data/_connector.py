@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from flow_sdk.data._errors import ColumnNotFoundError, DataSourceError, ShardingError
+from flow_sdk.data._parquet import ParquetSource
 from flow_sdk.data._pipeline import read_rows_for, rebatch
 from flow_sdk.data._s3 import DEFAULT_READ_AHEAD
 from flow_sdk.data._sharding import check_rank, rank_from_env
-from flow_sdk.data._sources import ParquetSource, Source, TableSource
+from flow_sdk.data._sources import Source, TableSource
 
 if TYPE_CHECKING:
     import pandas as pd

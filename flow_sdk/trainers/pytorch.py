@@ -49,18 +49,21 @@ from typing import TYPE_CHECKING, Any
 
 from flow_sdk import current, headjob
 from flow_sdk.app import FlowApp, RemoteFunction
-from flow_sdk.spec import MAX_GPUS_PER_NODE, MAX_INSTANCES, MAX_WORKERS_PER_NODE
 from flow_sdk.trainers._common import (
     DEFAULT_GPU_TYPE,
-    Place,
-    TrainerError,
     as_sharded,
-    check_int,
     declare,
     launch_options,
     node_path,
     problem,
     wait_for_results,
+)
+from flow_sdk.trainers._pytorch_scaling import PyTorchScalingConfig, WorkerResourceConfig
+from flow_sdk.trainers._pytorch_worker import (
+    RunJob,
+    TrainingContext,
+    _pytorch_run,
+    get_context,
 )
 from flow_sdk.volumes import Volume
 
@@ -79,165 +82,6 @@ __all__ = [
 
 ARTIFACT_VOLUME = "flow-trainer-artifacts"
 ARTIFACT_MOUNT = "/flow-artifacts"
-
-
-@dataclass(frozen=True)
-class WorkerResourceConfig:
-    """What one worker gets: ``num_cpus`` threads (``OMP_NUM_THREADS``; 0 leaves the node's
-    default, its cores split evenly between its workers) and ``num_gpus`` GPUs (0 for CPU;
-    1 per worker for the usual one-process-per-GPU DDP; more, e.g. 4 with
-    ``num_workers_per_node=1``, gives one worker all of its node's GPUs)."""
-
-    num_cpus: int = 0
-    num_gpus: int = 0
-
-    def __post_init__(self) -> None:
-        check_int(self.num_cpus, "scaling_config.resource_requirements_per_worker.num_cpus",
-                  minimum=0)
-        check_int(self.num_gpus, "scaling_config.resource_requirements_per_worker.num_gpus",
-                  minimum=0, maximum=MAX_GPUS_PER_NODE)
-
-
-@dataclass(frozen=True)
-class PyTorchScalingConfig:
-    """``num_nodes`` nodes with ``num_workers_per_node`` workers each, every worker with
-    ``resource_requirements_per_worker``. Invalid values raise ``flow_sdk.ValidationError``
-    naming the field, here, before anything is launched."""
-
-    num_nodes: int = 1
-    num_workers_per_node: int = 1
-    resource_requirements_per_worker: WorkerResourceConfig = field(
-        default_factory=WorkerResourceConfig)
-
-    def __post_init__(self) -> None:
-        check_int(self.num_nodes, "scaling_config.num_nodes", minimum=1, maximum=MAX_INSTANCES)
-        check_int(self.num_workers_per_node, "scaling_config.num_workers_per_node", minimum=1,
-                  maximum=MAX_WORKERS_PER_NODE)
-        resources = self.resource_requirements_per_worker
-        if not isinstance(resources, WorkerResourceConfig):
-            raise problem("scaling_config.resource_requirements_per_worker",
-                          f"must be a WorkerResourceConfig, got {type(resources).__name__}")
-        gpus = resources.num_gpus * self.num_workers_per_node
-        if gpus > MAX_GPUS_PER_NODE:
-            raise problem("scaling_config.num_workers_per_node",
-                          f"{self.num_workers_per_node} workers x {resources.num_gpus} GPUs is "
-                          f"{gpus} GPUs per node, above the {MAX_GPUS_PER_NODE} a node has")
-
-    @property
-    def world_size(self) -> int:
-        """Workers in all."""
-        return self.num_nodes * self.num_workers_per_node
-
-    def task_options(self, gpu_type: str = DEFAULT_GPU_TYPE) -> dict[str, Any]:
-        """The ``@app.function`` options of a task with this layout; with GPUs each node
-        gets ``num_workers_per_node * num_gpus`` of ``gpu_type``."""
-        resources = self.resource_requirements_per_worker
-        options: dict[str, Any] = {
-            "num_instances": self.num_nodes,
-            "workers_per_node": self.num_workers_per_node,
-            "distributed_mode": "auto",
-            "gpu": (f"{gpu_type}:{self.num_workers_per_node * resources.num_gpus}"
-                    if resources.num_gpus else None),
-        }
-        if resources.num_cpus:
-            options["environment"] = {"OMP_NUM_THREADS": str(resources.num_cpus)}
-        return options
-
-
-class TrainingContext:
-    """What ``get_context()`` returns inside ``train_func``: this worker's place in the run,
-    its data and hyper-parameters, and where to save the model."""
-
-    def __init__(self, place: Place, dataset_map: Mapping[str, ShardedDataConnector],
-                 hyper_params: Mapping[str, Any], model_dir: str) -> None:
-        self._place = place
-        self._dataset_map = dict(dataset_map)
-        self._hyper_params = dict(hyper_params)
-        self._model_dir = model_dir
-
-    def __repr__(self) -> str:
-        return (f"TrainingContext(rank={self.get_rank()}, world_size={self.get_world_size()}, "
-                f"model_dir={self._model_dir!r})")
-
-    def get_rank(self) -> int:
-        """This worker's rank among all workers (``RANK``)."""
-        return self._place.rank
-
-    def get_local_rank(self) -> int:
-        """This worker's rank on its node (``LOCAL_RANK``); its GPU index with GPUs."""
-        return self._place.local_rank
-
-    def get_world_size(self) -> int:
-        """Workers in all (``WORLD_SIZE``)."""
-        return self._place.world_size
-
-    def get_local_world_size(self) -> int:
-        """Workers on this node (``LOCAL_WORLD_SIZE``)."""
-        return self._place.local_world_size
-
-    def get_node_rank(self) -> int:
-        """This worker's node index (``NODE_RANK``)."""
-        return self._place.node_rank
-
-    def get_num_nodes(self) -> int:
-        """Nodes in all."""
-        return self._place.num_nodes
-
-    def get_dataset_map(self) -> dict[str, ShardedDataConnector]:
-        """The run's ``dataset_map``: ``value.get_shard()`` is this worker's disjoint shard
-        (by ``RANK`` and ``WORLD_SIZE``); the value itself reads every row."""
-        return dict(self._dataset_map)
-
-    def get_hyper_params(self) -> dict[str, Any]:
-        """The run's ``hyper_params`` (a copy)."""
-        return dict(self._hyper_params)
-
-    def get_model_dir(self) -> str:
-        """The run's model directory as this worker opens it (it exists); rank 0's files
-        there are what ``PyTorchRunResponse.get_model_dir()`` shows the caller."""
-        return self._model_dir
-
-
-_context: TrainingContext | None = None
-
-
-def get_context() -> TrainingContext:
-    """The context of the ``train_func`` running in this process under
-    ``PyTorchDistributor.run``; ``TrainerError`` anywhere else."""
-    if _context is None:
-        raise TrainerError("get_context() works only inside a train_func run by "
-                           "PyTorchDistributor.run()")
-    return _context
-
-
-@dataclass(frozen=True)
-class _RunJob:
-    """Everything a worker needs, pickled into the task's payload."""
-
-    train_func: Callable[[], Any]
-    dataset_map: dict[str, ShardedDataConnector]
-    hyper_params: dict[str, Any]
-    artifact_root: str  # on the nodes; current.path() resolves a volume mount path
-    run_name: str | None = None  # the model folder's name (default: the task id)
-
-
-def _model_dir_on_node(artifact_root: str, name: str | None) -> str:
-    path = current.path(posixpath.join(artifact_root, "model", name or "no-task"), write=True)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def _pytorch_run(job: _RunJob) -> Any:
-    """The task's function: every worker sets its context, then runs ``train_func()``."""
-    global _context
-    place = Place.here()
-    _context = TrainingContext(place, job.dataset_map, job.hyper_params,
-                               _model_dir_on_node(job.artifact_root,
-                                                  job.run_name or place.task_id))
-    try:
-        return job.train_func()
-    finally:
-        _context = None
 
 
 @dataclass(frozen=True)
@@ -297,7 +141,7 @@ class PyTorchDistributor:
         self._options = launch_options(scaling_config.task_options(gpu_type), function_options)
         self._app = FlowApp("pytorch", provider=provider, provider_config=provider_config)
         # Declared now so bad options fail here; ``run`` adds the artifact volume if needed.
-        self._remote: RemoteFunction[[_RunJob], Any] = declare(self._app, _pytorch_run,
+        self._remote: RemoteFunction[[RunJob], Any] = declare(self._app, _pytorch_run,
                                                                 self._options)
 
     def __repr__(self) -> str:
@@ -350,7 +194,7 @@ class PyTorchDistributor:
         else:
             root = node_path(artifact_location, self._app.provider().shares_client_filesystem,
                              "artifact_location")
-        job = _RunJob(self.train_func, datasets, dict(hyper_params or {}), root)
+        job = RunJob(self.train_func, datasets, dict(hyper_params or {}), root)
         task = remote.spawn(job)
         results = wait_for_results(task, self.timeout_s)
         model_dir = posixpath.join(root, "model", task.task_id)
@@ -381,7 +225,7 @@ class PyTorchDistributor:
         root = os.path.abspath(os.fspath(artifact_location or "flow-artifacts"))
         task_id = str(current.task_id or "no-task")
         run_name = f"{task_id}-{secrets.token_hex(3)}"
-        job = _RunJob(self.train_func, datasets, hyper_params, root, run_name)
+        job = RunJob(self.train_func, datasets, hyper_params, root, run_name)
         results = pool.run(_pytorch_run, (job,), ranks)
         return PyTorchRunResponse(task_id, posixpath.join(root, "model", run_name), results,
                                   None)

@@ -208,16 +208,23 @@ def explain_no_offers(
     if capped or max_price_per_hour is None:
         raise ValueError(f"explain_no_offers was asked about {what}, but offers exist "
                          f"(cheapest: {uncapped[0]}); call it only when find_offers finds none")
-    cheapest = uncapped[:3]
-    listing = "; ".join(str(o) for o in cheapest)
-    fixes = [f"raise max_price_per_hour to at least ${cheapest[0].usd_per_hour:,.2f}"]
+    spot: list[Offer] = []
     if "spot" not in wanted_markets:
         spot = find_offers(gpu, regions=region_order, markets=("spot",),
                            max_price_per_hour=max_price_per_hour, require_efa=require_efa,
                            min_vcpus=min_vcpus, min_memory_gib=min_memory_gib, catalog=cat)
-        if spot:
-            fixes.append(f"allow spot with priority='med' or 'low' (from "
-                         f"${spot[0].usd_per_hour:,.2f}/h)")
+    return _over_price_cap(what, uncapped[:3], max_price_per_hour, spot[0] if spot else None)
+
+
+def _over_price_cap(what: str, cheapest: list[Offer], max_price_per_hour: float,
+                    spot: Offer | None) -> OfferNotFoundError:
+    """The error when offers exist but ``cheapest`` all cost more than the cap; ``spot`` is
+    the cheapest spot offer under the cap when spot was not allowed."""
+    listing = "; ".join(str(o) for o in cheapest)
+    fixes = [f"raise max_price_per_hour to at least ${cheapest[0].usd_per_hour:,.2f}"]
+    if spot is not None:
+        fixes.append(f"allow spot with priority='med' or 'low' (from "
+                     f"${spot.usd_per_hour:,.2f}/h)")
     fixes.append("ask for a cheaper GPU")
     return OfferNotFoundError(
         f"no offer for {what} costs at most your max_price_per_hour of "

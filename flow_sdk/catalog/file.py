@@ -311,38 +311,7 @@ def update_prices(
     by_key = {(e.instance.name, e.region): e for e in catalog.entries}
     entries = list(catalog.entries)
     for (name, region), update in prices.items():
-        unknown = set(update) - set(MARKETS)
-        if unknown:
-            raise ValueError(f"{name} in {region}: unknown market(s) {sorted(unknown)}; "
-                             f"use {list(MARKETS)}")
-        if not REGION_RE.match(region):
-            raise ValueError(f"{region!r} is not an AWS region name such as 'us-east-1'")
-        current = by_key.get((name, region))
-        if current is None:
-            try:
-                instance = catalog.instance_type(name)
-            except KeyError as exc:
-                raise CatalogError(f"{exc.args[0]}; the catalog only reprices known types, "
-                                   "add new types to the packaged CSV", field="gpu") from None
-            if update.get("on-demand") is None:
-                raise ValueError(f"{name} in {region} is a new row and needs an on-demand price")
-            current = CatalogEntry(instance, region, 1.0, None)
-        on_demand = current.on_demand_usd_per_hour
-        spot = current.spot_usd_per_hour
-        if "on-demand" in update:
-            raw = update["on-demand"]
-            if raw is None:
-                raise ValueError(f"{name} in {region}: on-demand price cannot be None")
-            on_demand = _price(raw, f"{name} in {region}: on-demand price")
-        if "spot" in update:
-            raw_spot = update["spot"]
-            spot = None if raw_spot is None else _price(raw_spot, f"{name} in {region}: spot price")
-        try:
-            _check_spot(on_demand, spot)
-        except ValueError as exc:
-            raise ValueError(f"{name} in {region}: {exc}") from None
-        updated = dataclasses.replace(current, on_demand_usd_per_hour=on_demand,
-                                      spot_usd_per_hour=spot)
+        updated = _repriced(catalog, by_key.get((name, region)), name, region, update)
         if (name, region) in by_key:
             entries[entries.index(by_key[(name, region)])] = updated
         else:
@@ -355,6 +324,48 @@ def update_prices(
                   catalog.comments)
     text = format_catalog(new)
     parse_catalog(text, origin=str(target))
+    _write_atomically(target, text)
+    return new
+
+
+def _repriced(catalog: Catalog, current: CatalogEntry | None, name: str, region: str,
+              update: Mapping[str, float | None]) -> CatalogEntry:
+    """``current`` (or a new row of the known type ``name`` in ``region``) with ``update``'s
+    prices; a bad market, region or price raises naming the row."""
+    unknown = set(update) - set(MARKETS)
+    if unknown:
+        raise ValueError(f"{name} in {region}: unknown market(s) {sorted(unknown)}; "
+                         f"use {list(MARKETS)}")
+    if not REGION_RE.match(region):
+        raise ValueError(f"{region!r} is not an AWS region name such as 'us-east-1'")
+    if current is None:
+        try:
+            instance = catalog.instance_type(name)
+        except KeyError as exc:
+            raise CatalogError(f"{exc.args[0]}; the catalog only reprices known types, "
+                               "add new types to the packaged CSV", field="gpu") from None
+        if update.get("on-demand") is None:
+            raise ValueError(f"{name} in {region} is a new row and needs an on-demand price")
+        current = CatalogEntry(instance, region, 1.0, None)
+    on_demand = current.on_demand_usd_per_hour
+    spot = current.spot_usd_per_hour
+    if "on-demand" in update:
+        raw = update["on-demand"]
+        if raw is None:
+            raise ValueError(f"{name} in {region}: on-demand price cannot be None")
+        on_demand = _price(raw, f"{name} in {region}: on-demand price")
+    if "spot" in update:
+        raw_spot = update["spot"]
+        spot = None if raw_spot is None else _price(raw_spot, f"{name} in {region}: spot price")
+    try:
+        _check_spot(on_demand, spot)
+    except ValueError as exc:
+        raise ValueError(f"{name} in {region}: {exc}") from None
+    return dataclasses.replace(current, on_demand_usd_per_hour=on_demand,
+                               spot_usd_per_hour=spot)
+
+
+def _write_atomically(target: Path, text: str) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
@@ -363,4 +374,3 @@ def update_prices(
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    return new

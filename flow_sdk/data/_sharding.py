@@ -91,6 +91,30 @@ def _reachable(prefix: list[int], world_size: int, low: int, high: int) -> list[
     return intervals
 
 
+def _smallest_low(prefix: list[int], world_size: int, biggest: int) -> int | None:
+    """The smallest ``low`` whose reachable set after the last rank contains every row group,
+    or ``None`` if there is none.
+
+    The smallest shard never holds more than the average, so low <= total // world_size.
+    Larger low only moves both interval ends right: too small a low ends short of n, too
+    large a low runs out of row groups before the last rank; so a binary search finds it.
+    """
+    n = len(prefix) - 1
+    first = None
+    left, right = 0, prefix[-1] // world_size
+    while left <= right:
+        mid = (left + right) // 2
+        intervals = _reachable(prefix, world_size, mid, mid + biggest)
+        if len(intervals) != world_size + 1:
+            right = mid - 1
+        elif intervals[-1][1] >= n:
+            first = mid
+            right = mid - 1
+        else:
+            left = mid + 1
+    return first
+
+
 def contiguous_ranges(counts: Sequence[int], world_size: int) -> list[tuple[int, int]] | None:
     """Give each rank a contiguous ``(start, stop)`` range of row-group indices.
 
@@ -111,22 +135,7 @@ def contiguous_ranges(counts: Sequence[int], world_size: int) -> list[tuple[int,
     if n == 0 or total == 0:
         return [(0, n) if rank == 0 else (n, n) for rank in range(world_size)]
     biggest = max(counts)
-    # The smallest shard never holds more than the average, so low <= total // world_size.
-    # Binary search for the smallest low whose reachable set after the last rank contains n.
-    # Larger low only moves both interval ends right: too small a low ends short of n, too
-    # large a low runs out of row groups before the last rank.
-    first = None
-    left, right = 0, total // world_size
-    while left <= right:
-        mid = (left + right) // 2
-        intervals = _reachable(prefix, world_size, mid, mid + biggest)
-        if len(intervals) != world_size + 1:
-            right = mid - 1
-        elif intervals[-1][1] >= n:
-            first = mid
-            right = mid - 1
-        else:
-            left = mid + 1
+    first = _smallest_low(prefix, world_size, biggest)
     if first is None:
         return None
     low, high = first, first + biggest

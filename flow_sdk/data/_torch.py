@@ -98,150 +98,165 @@ def _tensor_rows(chunk: TensorDict) -> int:
     return int(next(iter(chunk.values())).shape[0]) if chunk else 0
 
 
+def _cut(chunk: TensorDict, start: int, stop: int) -> TensorDict:
+    return {name: tensor[start:stop] for name, tensor in chunk.items()}
+
+
+def _split(chunk: TensorDict, start: int, count: int, size: int) -> Iterator[TensorDict]:
+    torch = _require_torch()
+    names = list(chunk)
+    columns = [torch.split(chunk[name][start : start + count * size], size) for name in names]
+    return (dict(zip(names, pieces, strict=True)) for pieces in zip(*columns, strict=True))
+
+
+def _join(pieces: list[TensorDict]) -> TensorDict:
+    if len(pieces) == 1:
+        return pieces[0]
+    torch = _require_torch()
+    return {name: torch.cat([p[name] for p in pieces]) for name in pieces[0]}
+
+
+class _DatasetMethods:
+    """Everything of ``ArrowTorchDataset`` but its torch base class, which
+    :func:`dataset_class` adds on first use."""
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int | None = None,
+        columns: list[str] | None = None,
+        cast_float64: bool = True,
+        drop_last: bool = False,
+        shuffle_buffer_rows: int | None = None,
+        prefetch: int = 0,
+        device: str | None = None,
+    ) -> None:
+        from flow_sdk.data._device import resolve_device
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be 0 or more, got {prefetch}")
+        self.columns = list(source.schema.names) if columns is None else list(columns)
+        if not self.columns:
+            raise ValueError("to_torch_dataset() needs at least one column")
+        check_numeric_schema(source.schema, self.columns)
+        self.source = source
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = secrets.randbits(63) if seed is None else int(seed)
+        self.cast_float64 = cast_float64
+        self.drop_last = drop_last
+        self.shuffle_buffer_rows = (
+            max(batch_size, DEFAULT_SHUFFLE_BUFFER_ROWS)
+            if shuffle_buffer_rows is None
+            else max(1, shuffle_buffer_rows)
+        )
+        self.prefetch = prefetch
+        resolve_device(device)  # fails here, before any read, on a device torch lacks
+        self.device = None if device is None else str(device)
+        self.epoch = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrowTorchDataset({self.source.describe()}, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch})"
+        )
+
+    @property
+    def num_rows(self) -> int:
+        """Rows per epoch (before ``drop_last``), over all DataLoader workers."""
+        return self.source.num_rows
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the shuffle order of this epoch (no effect without shuffling)."""
+        self.epoch = int(epoch)
+
+    def unit_order(self, worker_id: int = 0, num_workers: int = 1) -> list[Unit]:
+        """The units this worker reads this epoch, in reading order."""
+        units = list(self.source.units)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            units = [units[i] for i in rng.permutation(len(units))]
+        if num_workers > 1:
+            assignment = assign_row_groups([u.num_rows for u in units], num_workers)
+            units = [units[i] for i in assignment[worker_id]]
+        return units
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        from torch.utils.data import get_worker_info
+
+        from flow_sdk.data._device import DeviceStager, resolve_device
+
+        info = get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        units = self.unit_order(worker_id, num_workers)
+        group = read_rows_for(self.batch_size) // self.batch_size
+        batches = run_prefetched(lambda: self._batches(units, worker_id), self.prefetch, group)
+        target = resolve_device(self.device)
+        if target is None:
+            return batches
+        if info is not None:
+            raise RuntimeError(f"device={self.device!r} batches are made in the training "
+                               "process, not in DataLoader workers (which must not use "
+                               "CUDA); iterate the dataset directly or with num_workers=0")
+        return DeviceStager(target).batches(batches)
+
+    def _to_tensors(self, batch: pa.RecordBatch) -> TensorDict:
+        torch = _require_torch()
+        arrays = batch_to_numpy(batch, cast_float64=self.cast_float64, writable=True)
+        return {name: torch.from_numpy(array) for name, array in arrays.items()}
+
+    def _batches(self, units: Sequence[Unit], worker_id: int) -> Iterator[TensorDict]:
+        read_rows = read_rows_for(self.batch_size)
+        reads = self.source.read(units, self.columns, read_rows, cast_float64=self.cast_float64)
+        chunks: Iterator[TensorDict] = (
+            self._to_tensors(batch) for batch in align(reads, self.batch_size)
+        )
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self.epoch, worker_id, 1])
+            chunks = self._shuffled(chunks, rng)
+        return rebatch_generic(
+            chunks,
+            self.batch_size,
+            length=_tensor_rows,
+            cut=_cut,
+            join=_join,
+            drop_last=self.drop_last,
+            split=_split,
+        )
+
+    def _shuffled(
+        self, chunks: Iterator[TensorDict], rng: np.random.Generator
+    ) -> Iterator[TensorDict]:
+        pending: list[TensorDict] = []
+        rows = 0
+        for chunk in chunks:
+            pending.append(chunk)
+            rows += _tensor_rows(chunk)
+            if rows >= self.shuffle_buffer_rows:
+                yield self._permuted(_join(pending), rows, rng)
+                pending, rows = [], 0
+        if rows:
+            yield self._permuted(_join(pending), rows, rng)
+
+    @staticmethod
+    def _permuted(chunk: TensorDict, rows: int, rng: np.random.Generator) -> TensorDict:
+        order = _require_torch().from_numpy(rng.permutation(rows))
+        return {name: tensor.index_select(0, order) for name, tensor in chunk.items()}
+
+
 @functools.cache
 def dataset_class() -> type:
     """Build (once) and return the ``ArrowTorchDataset`` class."""
-    torch = _require_torch()
-    from torch.utils.data import IterableDataset, get_worker_info
+    _require_torch()
+    from torch.utils.data import IterableDataset
 
-    from flow_sdk.data._device import DeviceStager, resolve_device
-
-    def cut(chunk: TensorDict, start: int, stop: int) -> TensorDict:
-        return {name: tensor[start:stop] for name, tensor in chunk.items()}
-
-    def split(chunk: TensorDict, start: int, count: int, size: int) -> Iterator[TensorDict]:
-        names = list(chunk)
-        columns = [torch.split(chunk[name][start : start + count * size], size) for name in names]
-        return (dict(zip(names, pieces, strict=True)) for pieces in zip(*columns, strict=True))
-
-    def join(pieces: list[TensorDict]) -> TensorDict:
-        if len(pieces) == 1:
-            return pieces[0]
-        return {name: torch.cat([p[name] for p in pieces]) for name in pieces[0]}
-
-    class _ArrowTorchDataset(IterableDataset):  # type: ignore[type-arg]
+    class _ArrowTorchDataset(_DatasetMethods, IterableDataset):  # type: ignore[type-arg]
         __doc__ = _DATASET_DOC
-
-        def __init__(
-            self,
-            source: Source,
-            *,
-            batch_size: int,
-            shuffle: bool = False,
-            seed: int | None = None,
-            columns: list[str] | None = None,
-            cast_float64: bool = True,
-            drop_last: bool = False,
-            shuffle_buffer_rows: int | None = None,
-            prefetch: int = 0,
-            device: str | None = None,
-        ) -> None:
-            if batch_size < 1:
-                raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-            if prefetch < 0:
-                raise ValueError(f"prefetch must be 0 or more, got {prefetch}")
-            self.columns = list(source.schema.names) if columns is None else list(columns)
-            if not self.columns:
-                raise ValueError("to_torch_dataset() needs at least one column")
-            check_numeric_schema(source.schema, self.columns)
-            self.source = source
-            self.batch_size = batch_size
-            self.shuffle = shuffle
-            self.seed = secrets.randbits(63) if seed is None else int(seed)
-            self.cast_float64 = cast_float64
-            self.drop_last = drop_last
-            self.shuffle_buffer_rows = (
-                max(batch_size, DEFAULT_SHUFFLE_BUFFER_ROWS)
-                if shuffle_buffer_rows is None
-                else max(1, shuffle_buffer_rows)
-            )
-            self.prefetch = prefetch
-            resolve_device(device)  # fails here, before any read, on a device torch lacks
-            self.device = None if device is None else str(device)
-            self.epoch = 0
-
-        def __repr__(self) -> str:
-            return (
-                f"ArrowTorchDataset({self.source.describe()}, batch_size={self.batch_size}, "
-                f"shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch})"
-            )
-
-        @property
-        def num_rows(self) -> int:
-            """Rows per epoch (before ``drop_last``), over all DataLoader workers."""
-            return self.source.num_rows
-
-        def set_epoch(self, epoch: int) -> None:
-            """Select the shuffle order of this epoch (no effect without shuffling)."""
-            self.epoch = int(epoch)
-
-        def unit_order(self, worker_id: int = 0, num_workers: int = 1) -> list[Unit]:
-            """The units this worker reads this epoch, in reading order."""
-            units = list(self.source.units)
-            if self.shuffle:
-                rng = np.random.default_rng([self.seed, self.epoch])
-                units = [units[i] for i in rng.permutation(len(units))]
-            if num_workers > 1:
-                assignment = assign_row_groups([u.num_rows for u in units], num_workers)
-                units = [units[i] for i in assignment[worker_id]]
-            return units
-
-        def __iter__(self) -> Iterator[TensorDict]:
-            info = get_worker_info()
-            worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
-            units = self.unit_order(worker_id, num_workers)
-            group = read_rows_for(self.batch_size) // self.batch_size
-            batches = run_prefetched(lambda: self._batches(units, worker_id), self.prefetch, group)
-            target = resolve_device(self.device)
-            if target is None:
-                return batches
-            if info is not None:
-                raise RuntimeError(f"device={self.device!r} batches are made in the training "
-                                   "process, not in DataLoader workers (which must not use "
-                                   "CUDA); iterate the dataset directly or with num_workers=0")
-            return DeviceStager(target).batches(batches)
-
-        def _to_tensors(self, batch: pa.RecordBatch) -> TensorDict:
-            arrays = batch_to_numpy(batch, cast_float64=self.cast_float64, writable=True)
-            return {name: torch.from_numpy(array) for name, array in arrays.items()}
-
-        def _batches(self, units: Sequence[Unit], worker_id: int) -> Iterator[TensorDict]:
-            read_rows = read_rows_for(self.batch_size)
-            reads = self.source.read(units, self.columns, read_rows, cast_float64=self.cast_float64)
-            chunks: Iterator[TensorDict] = (
-                self._to_tensors(batch) for batch in align(reads, self.batch_size)
-            )
-            if self.shuffle:
-                rng = np.random.default_rng([self.seed, self.epoch, worker_id, 1])
-                chunks = self._shuffled(chunks, rng)
-            return rebatch_generic(
-                chunks,
-                self.batch_size,
-                length=_tensor_rows,
-                cut=cut,
-                join=join,
-                drop_last=self.drop_last,
-                split=split,
-            )
-
-        def _shuffled(
-            self, chunks: Iterator[TensorDict], rng: np.random.Generator
-        ) -> Iterator[TensorDict]:
-            pending: list[TensorDict] = []
-            rows = 0
-            for chunk in chunks:
-                pending.append(chunk)
-                rows += _tensor_rows(chunk)
-                if rows >= self.shuffle_buffer_rows:
-                    yield self._permuted(join(pending), rows, rng)
-                    pending, rows = [], 0
-            if rows:
-                yield self._permuted(join(pending), rows, rng)
-
-        @staticmethod
-        def _permuted(chunk: TensorDict, rows: int, rng: np.random.Generator) -> TensorDict:
-            order = torch.from_numpy(rng.permutation(rows))
-            return {name: tensor.index_select(0, order) for name, tensor in chunk.items()}
 
     _ArrowTorchDataset.__name__ = "ArrowTorchDataset"
     _ArrowTorchDataset.__qualname__ = "ArrowTorchDataset"

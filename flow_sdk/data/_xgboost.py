@@ -59,81 +59,86 @@ def batch_to_matrix(
     return matrix, label
 
 
+# The methods of ArrowDataIter; data_iter_class() adds its xgboost.DataIter base on first use.
+class _DataIterMethods:
+    """Feeds xgboost one Arrow record batch at a time as float32 numpy arrays.
+
+    xgboost calls :meth:`reset` then :meth:`next` until it returns ``False``, several
+    passes over the data for a ``QuantileDMatrix``. Each pass re-reads the connector, so
+    only one batch is held at a time. :meth:`close` drops the connector and any batch.
+    """
+
+    def __init__(
+        self,
+        connector: DataConnector,
+        input_cols: Sequence[str],
+        label_col: str,
+        *,
+        batch_size: int = DEFAULT_XGB_BATCH_ROWS,
+        weight_col: str | None = None,
+        cache_prefix: str | None = None,
+    ) -> None:
+        self.input_cols = list(input_cols)
+        self.label_col = label_col
+        self.weight_col = weight_col
+        self.batch_size = batch_size
+        self.passes = 0
+        self.batches_served = 0
+        self._connector: DataConnector | None = connector
+        self._batches: Iterator[pa.RecordBatch] | None = None
+        super().__init__(cache_prefix=cache_prefix, release_data=True)
+
+    def _columns(self) -> list[str]:
+        extra = [self.label_col] + ([self.weight_col] if self.weight_col else [])
+        return self.input_cols + [c for c in extra if c not in self.input_cols]
+
+    def reset(self) -> None:
+        """Start the next pass from the first batch."""
+        self._batches = None
+
+    def next(self, input_data: Callable[..., None]) -> bool:
+        """Hand xgboost the next batch; ``False`` at the end of a pass."""
+        if self._connector is None:
+            raise RuntimeError("this ArrowDataIter is closed")
+        if self._batches is None:
+            # Every batch is copied into a float32 matrix anyway, so reads of exactly
+            # batch_size rows (a copy more at row-group boundaries) keep memory lowest.
+            self._batches = self._connector._iter_batches(
+                self.batch_size,
+                self._columns(),
+                drop_last=False,
+                cast_float64=True,
+                read_rows=self.batch_size,
+            )
+            self.passes += 1
+        batch = next(self._batches, None)
+        if batch is None:
+            self._batches = None
+            return False
+        features, label = batch_to_matrix(batch, self.input_cols, self.label_col)
+        extra: dict[str, Any] = {}
+        if self.weight_col is not None:
+            weight, _ = convert_column(
+                batch.column(self.weight_col), cast_float64=True, name=self.weight_col
+            )
+            extra["weight"] = weight.astype(np.float32, copy=False)
+        input_data(data=features, label=label, feature_names=self.input_cols, **extra)
+        self.batches_served += 1
+        return True
+
+    def close(self) -> None:
+        """Drop the connector and the current batch stream."""
+        self._batches = None
+        self._connector = None
+
+
 @functools.cache
 def data_iter_class() -> type:
     """Build (once) and return the ``ArrowDataIter`` class (a ``xgboost.DataIter``)."""
     xgb = _require_xgboost()
 
-    class ArrowDataIter(xgb.DataIter):  # type: ignore[misc,name-defined]
-        """Feeds xgboost one Arrow record batch at a time as float32 numpy arrays.
-
-        xgboost calls :meth:`reset` then :meth:`next` until it returns ``False``, several
-        passes over the data for a ``QuantileDMatrix``. Each pass re-reads the connector, so
-        only one batch is held at a time. :meth:`close` drops the connector and any batch.
-        """
-
-        def __init__(
-            self,
-            connector: DataConnector,
-            input_cols: Sequence[str],
-            label_col: str,
-            *,
-            batch_size: int = DEFAULT_XGB_BATCH_ROWS,
-            weight_col: str | None = None,
-            cache_prefix: str | None = None,
-        ) -> None:
-            self.input_cols = list(input_cols)
-            self.label_col = label_col
-            self.weight_col = weight_col
-            self.batch_size = batch_size
-            self.passes = 0
-            self.batches_served = 0
-            self._connector: DataConnector | None = connector
-            self._batches: Iterator[pa.RecordBatch] | None = None
-            super().__init__(cache_prefix=cache_prefix, release_data=True)
-
-        def _columns(self) -> list[str]:
-            extra = [self.label_col] + ([self.weight_col] if self.weight_col else [])
-            return self.input_cols + [c for c in extra if c not in self.input_cols]
-
-        def reset(self) -> None:
-            """Start the next pass from the first batch."""
-            self._batches = None
-
-        def next(self, input_data: Callable[..., None]) -> bool:
-            """Hand xgboost the next batch; ``False`` at the end of a pass."""
-            if self._connector is None:
-                raise RuntimeError("this ArrowDataIter is closed")
-            if self._batches is None:
-                # Every batch is copied into a float32 matrix anyway, so reads of exactly
-                # batch_size rows (a copy more at row-group boundaries) keep memory lowest.
-                self._batches = self._connector._iter_batches(
-                    self.batch_size,
-                    self._columns(),
-                    drop_last=False,
-                    cast_float64=True,
-                    read_rows=self.batch_size,
-                )
-                self.passes += 1
-            batch = next(self._batches, None)
-            if batch is None:
-                self._batches = None
-                return False
-            features, label = batch_to_matrix(batch, self.input_cols, self.label_col)
-            extra: dict[str, Any] = {}
-            if self.weight_col is not None:
-                weight, _ = convert_column(
-                    batch.column(self.weight_col), cast_float64=True, name=self.weight_col
-                )
-                extra["weight"] = weight.astype(np.float32, copy=False)
-            input_data(data=features, label=label, feature_names=self.input_cols, **extra)
-            self.batches_served += 1
-            return True
-
-        def close(self) -> None:
-            """Drop the connector and the current batch stream."""
-            self._batches = None
-            self._connector = None
+    class ArrowDataIter(_DataIterMethods, xgb.DataIter):  # type: ignore[misc,name-defined]
+        __doc__ = _DataIterMethods.__doc__
 
     return ArrowDataIter
 
@@ -186,6 +191,19 @@ def default_nthread() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+def _external_cache(cache_dir: str | os.PathLike[str] | None) -> tuple[str | None, str]:
+    """``(temporary directory to remove later or None, cache prefix)`` for xgboost's on-disk
+    pages: under ``cache_dir`` (made if missing), or a new temporary directory."""
+    temp_dir: str | None = None
+    if cache_dir is None:
+        temp_dir = tempfile.mkdtemp(prefix="flow-xgb-cache-")
+        base = temp_dir
+    else:
+        base = os.fspath(cache_dir)
+        os.makedirs(base, exist_ok=True)
+    return temp_dir, os.path.join(base, f"flow-{uuid.uuid4().hex[:12]}")
+
+
 def build_quantile_dmatrix(
     connector: DataConnector,
     input_cols: Sequence[str],
@@ -211,16 +229,7 @@ def build_quantile_dmatrix(
     """
     xgb = _require_xgboost()
     nthread = default_nthread() if nthread is None else nthread
-    temp_dir: str | None = None
-    cache_prefix: str | None = None
-    if external_memory:
-        if cache_dir is None:
-            temp_dir = tempfile.mkdtemp(prefix="flow-xgb-cache-")
-            base = temp_dir
-        else:
-            base = os.fspath(cache_dir)
-            os.makedirs(base, exist_ok=True)
-        cache_prefix = os.path.join(base, f"flow-{uuid.uuid4().hex[:12]}")
+    temp_dir, cache_prefix = _external_cache(cache_dir) if external_memory else (None, None)
     iterator: Any = make_data_iter(
         connector,
         input_cols,

@@ -41,7 +41,6 @@ from flow_sdk.ssh import SshResult
 from flow_sdk.tasklogs import LogSource, TaskLogs
 
 
-
 def _client_record_path(task_id: str) -> Any:
     return flow_home() / "tasks" / f"{task_id}.json"
 
@@ -202,21 +201,20 @@ class Task:
         while True:
             status = self.status
             if status.is_terminal:
-                self._settle()
+                status = self._settle()
                 self._teardown()
-                return self._recorded_status()
+                return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise TaskTimeoutError(f"task {self.task_id} is still {status} after "
                                        f"{timeout}s; it keeps running (cancel() stops it)")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
-    def _settle(self) -> None:
-        """Record the judged outcome of a task whose nodes vanished without one."""
+    def _settle(self) -> TaskStatus:
+        """Record the judged outcome of an ended task that has none (its nodes vanished);
+        the recorded status (the first writer's)."""
         if self.outcome() is None:
             lifecycle.record_outcome(self.store, self.task_id, self._vanished())
-
-    def _recorded_status(self) -> TaskStatus:
         outcome = self.outcome()
         assert outcome is not None
         return TaskStatus(outcome.status)

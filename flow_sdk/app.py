@@ -14,6 +14,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from flow_sdk import (
     headjob,
+    lifecycle,
     payload,
     progress,
     protocol,
@@ -29,9 +30,7 @@ from flow_sdk.protocol import (
     LaunchedNode,
     LaunchRecord,
     MembershipRecord,
-    Outcome,
     TaskRecord,
-    TaskStatus,
 )
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchPlan, LaunchRequest, Provider
@@ -291,15 +290,10 @@ def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
     try:
         instances = provider.launch(LaunchRequest(task_id, spec, boot.to_env()))
     except FlowError as exc:
-        signed.put_record_if_absent(protocol.outcome_key(task_id), Outcome(
-            TaskStatus.FAILED.value, f"launch failed: {exc}", time.time()))
+        lifecycle.record_outcome(signed, task_id, lifecycle.launch_refused(exc))
         raise
     except BaseException as exc:  # Ctrl-C, a signal, a bug: the provider rolled back
-        interrupted = not isinstance(exc, Exception)
-        signed.put_record_if_absent(protocol.outcome_key(task_id), Outcome(
-            (TaskStatus.CANCELLED if interrupted else TaskStatus.FAILED).value,
-            f"launch {'interrupted' if interrupted else 'failed'}: {type(exc).__name__}: "
-            f"{exc}", time.time()))
+        lifecycle.record_outcome(signed, task_id, lifecycle.launch_ended(exc))
         raise
     signed.put_record(protocol.membership_key(task_id, 0), MembershipRecord(0, [
         GangMember(i.instance_id, i.address) for i in instances], time.time()))

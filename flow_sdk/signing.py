@@ -181,6 +181,12 @@ def has_task_secret(task_id: str) -> bool:
     return _secret_path(task_id).is_file()
 
 
+def task_secret_ids() -> list[str]:
+    """Every task whose secret this machine holds (the tasks launched here), sorted."""
+    folder = flow_home(create=False) / "secrets"
+    return sorted(p.stem for p in folder.glob("*.key")) if folder.is_dir() else []
+
+
 def load_task_secret(task_id: str) -> bytes:
     """The secret that the client which launched ``task_id`` on this machine saved."""
     path = _secret_path(task_id)

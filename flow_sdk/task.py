@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
-from flow_sdk import payload, protocol, signing, tracebacks
+from flow_sdk import lifecycle, payload, protocol, signing, tracebacks
 from flow_sdk import ssh as _ssh
 from flow_sdk._config import flow_home
 from flow_sdk.errors import (
@@ -39,7 +39,6 @@ from flow_sdk.providers.base import Provider, SshEndpoint
 from flow_sdk.spec import TaskSpec
 from flow_sdk.ssh import SshResult
 from flow_sdk.tasklogs import LogSource, TaskLogs
-
 
 
 def _client_record_path(task_id: str) -> Any:
@@ -112,8 +111,8 @@ class Task:
         return TaskRecord.from_json(self.store.check_record(key, raw))
 
     def outcome(self) -> Outcome | None:
-        raw = self.store.get_record(protocol.outcome_key(self.task_id))
-        return Outcome.from_json(raw) if raw is not None else None
+        """The outcome recorded in the store, or None while no one reported one."""
+        return lifecycle.outcome_of(self.store, self.task_id)
 
     def nodes(self) -> list[NodeRecord]:
         store = self.store
@@ -122,6 +121,8 @@ class Task:
 
     @property
     def status(self) -> TaskStatus:
+        """The task's state, read from its records and nodes; reading it writes nothing (a
+        task whose nodes all vanished reads FAILED before ``wait`` records why)."""
         outcome = self.outcome()
         if outcome is not None:
             return TaskStatus(outcome.status)
@@ -131,26 +132,23 @@ class Task:
         if not instances:
             return TaskStatus.PENDING
         if all(i.state == "terminated" for i in instances):
-            return self._nodes_vanished()
+            outcome = self.outcome()  # a node may have reported just before it exited
+            return TaskStatus.FAILED if outcome is None else TaskStatus(outcome.status)
         return TaskStatus.PROVISIONING
 
-    def _nodes_vanished(self) -> TaskStatus:
-        """Every node is gone and none wrote an outcome: record why, once, for every reader."""
-        tail, what = self.logs(source="agent", tail=10), "agent lines"
-        message = ("every node exited without reporting an outcome (a node agent crashed or "
-                   "was killed)")
-        if not tail:  # no agent logged: the nodes died in boot, their boot output says why
-            tail, what = self.logs(source="boot", tail=20), "boot output"
-            message = ("every node exited in boot, before its agent logged (install, image "
-                       "pull, volumes or boot_timeout_s)")
-        if tail:
-            message += f"; last {what}:\n  " + "\n  ".join(tail)
-        self.store.put_record_if_absent(
-            protocol.outcome_key(self.task_id),
-            Outcome(TaskStatus.FAILED.value, message, time.time(), log_tail=tail))
+    def final_outcome(self) -> Outcome | None:
+        """The recorded outcome, else, once every node vanished without one, the outcome
+        ``lifecycle`` judges for it (recorded by ``wait``); None while the task runs."""
         outcome = self.outcome()
-        assert outcome is not None
-        return TaskStatus(outcome.status)
+        if outcome is not None or self.status is not TaskStatus.FAILED:
+            return outcome
+        return self.outcome() or self._vanished()
+
+    def _vanished(self) -> Outcome:
+        """The judged outcome of a task whose nodes all exited without reporting one."""
+        agent = self.logs(source="agent", tail=10)
+        boot = [] if agent else self.logs(source="boot", tail=20)
+        return lifecycle.nodes_vanished(agent, boot)
 
     @property
     def spec(self) -> TaskSpec:
@@ -203,6 +201,7 @@ class Task:
         while True:
             status = self.status
             if status.is_terminal:
+                status = self._settle()
                 self._teardown()
                 return status
             if deadline is not None and time.monotonic() >= deadline:
@@ -210,6 +209,15 @@ class Task:
                                        f"{timeout}s; it keeps running (cancel() stops it)")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
+
+    def _settle(self) -> TaskStatus:
+        """Record the judged outcome of an ended task that has none (its nodes vanished);
+        the recorded status (the first writer's)."""
+        if self.outcome() is None:
+            lifecycle.record_outcome(self.store, self.task_id, self._vanished())
+        outcome = self.outcome()
+        assert outcome is not None
+        return TaskStatus(outcome.status)
 
     def _teardown(self) -> None:
         if not self._torn_down:
@@ -220,9 +228,7 @@ class Task:
         """Stop every worker on every node and tear the nodes down. No-op once the task ended."""
         self.store.put_record(protocol.cancel_key(self.task_id),
                               {"by": "the caller", "at": time.time()})
-        self.store.put_record_if_absent(
-            protocol.outcome_key(self.task_id),
-            Outcome(TaskStatus.CANCELLED.value, "cancelled by the caller", time.time()))
+        lifecycle.record_outcome(self.store, self.task_id, lifecycle.cancelled_by_caller())
         self.provider.terminate(self.task_id)
         self._torn_down = True
 
@@ -254,7 +260,7 @@ class Task:
         return None if not status.is_terminal or status is TaskStatus.SUCCEEDED else self._error()
 
     def _error(self) -> BaseException:
-        outcome = self.outcome()
+        outcome = self.final_outcome()
         assert outcome is not None
         status = TaskStatus(outcome.status)
         text = f"task {self.task_id} {status}: {outcome.message}"

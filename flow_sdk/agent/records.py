@@ -1,8 +1,9 @@
 """The node's records in the task's object store, every one signed with the task's secret.
 
 The agent reads the task record, cancel requests, restart decisions and membership records,
-and writes its node record, the task's outcome (first writer wins), restart decisions, the
-next generation's membership, and its workers' results and error payloads.
+and writes its node record, the task's outcome (through ``lifecycle``: first writer wins),
+restart decisions, the next generation's membership, and its workers' results and error
+payloads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from flow_sdk import protocol
+from flow_sdk import lifecycle, protocol
 from flow_sdk.errors import SignatureError
 from flow_sdk.protocol import (
     GangMember,
@@ -55,7 +56,7 @@ class NodeRecords:
 
     def write_outcome(self, outcome: Outcome) -> bool:
         """Writes the task's outcome unless one is there; whether this call wrote it."""
-        wrote = self.store.put_record_if_absent(protocol.outcome_key(self.task_id), outcome)
+        wrote = lifecycle.record_outcome(self.store, self.task_id, outcome)
         if wrote:
             self._log(f"task {outcome.status}: {outcome.message}")
         return wrote

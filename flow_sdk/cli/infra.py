@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from flow_sdk import lifecycle
 from flow_sdk.cli._exits import EXIT_FAILED, EXIT_OK
 from flow_sdk.cli._main import main
 from flow_sdk.cli._options import F, backend, provider_config_of, spec_kwargs, spec_options
@@ -116,10 +117,11 @@ def gc(providers: tuple[str, ...], dry_run: bool, older_than_s: float | None,
             f"{', '.join(available_providers())}"))])
     reports: list[dict[str, Any]] = []
     failed = False
+    known = {rec["task_id"] for rec in list_client_records()}
     for name, config in _gc_targets(providers):
         try:
             backend = get_provider(name, config)
-            report = backend.gc(dry_run=dry_run)
+            report = lifecycle.collect(backend, known, dry_run=dry_run)
         except FlowError as exc:
             failed = True
             _gc_failed(reports, name, exc, as_json)

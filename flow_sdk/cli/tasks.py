@@ -23,7 +23,7 @@ from flow_sdk.tasklogs import LOG_SOURCES
 def _status_data(task: Task) -> dict[str, Any]:
     status = task.status
     record = task.record()
-    outcome = task.outcome()
+    outcome = task.final_outcome()
     instances = {i.instance_id: i for i in task.provider.list_instances(task.task_id)}
     nodes = []
     for node in sorted(task.nodes(), key=lambda n: n.node):

@@ -331,10 +331,12 @@ class Provider(abc.ABC):
         """The provider's named volumes; providers without any keep this default."""
         return NoVolumes(self.name)
 
-    def gc(self, *, dry_run: bool = False) -> GcReport:
+    def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
+           ) -> GcReport:
         """Reclaim what ended or orphaned tasks left behind (nodes, processes, resources);
-        with ``dry_run`` only report it. Providers whose nodes cannot outlive a task keep
-        this default."""
+        with ``dry_run`` only report it. ``ended`` names tasks that ``flow_sdk.lifecycle``
+        judged ended (task id -> why), to reclaim as well; a provider never records how a
+        task ended. Providers whose nodes cannot outlive a task keep this default."""
         raise ProviderError(f"the {self.name} provider has no garbage collector; stop its "
                             "leftovers with `flow cancel TASK`")
 

@@ -155,9 +155,10 @@ class AwsSimProvider(AwsProvider):
             return self.settings.to_dict()
         return {**super().config(), **self.sim.node_config()}
 
-    def gc(self, *, dry_run: bool = False) -> GcReport:
+    def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
+           ) -> GcReport:
         """The aws gc, and what the simulated account still holds after it."""
-        report = super().gc(dry_run=dry_run)
+        report = super().gc(dry_run=dry_run, ended=ended)
         return SimGcReport(**{**vars(report), "provider": self.name},
                            holds=holdings(self.clients, self.cfg.region))
 

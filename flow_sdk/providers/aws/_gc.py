@@ -12,6 +12,7 @@ runtime cap.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -81,12 +82,13 @@ def _live_instances(ec2: Any) -> list[dict[str, Any]]:
     return found
 
 
-def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None
-            ) -> GcReport:
-    """Reclaim, in every launch region of the provider, what no live task of its store owns,
-    and stop what the node runtime still runs for ended tasks."""
+def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None,
+            ended: Mapping[str, str] | None = None) -> GcReport:
+    """Reclaim, in every launch region of the provider, what no live task of its store owns
+    (or what ``ended`` names: tasks judged ended by ``flow_sdk.lifecycle``, with why), and
+    stop what the node runtime still runs for ended tasks."""
     report = GcReport("aws", dry_run=dry_run)
-    judge = _Judge(nodes, report, time.time() if now is None else now)
+    judge = _Judge(nodes, report, time.time() if now is None else now, ended or {})
     mine = nodes.store_tag
 
     def reclaim(resource: dict[str, Any]) -> bool:
@@ -130,9 +132,10 @@ class _Judge:
     """Each task's verdict (``task_verdict``), asked of the store once per task; the report
     gets the reason of every ended task and the id of every live one."""
 
-    def __init__(self, nodes: AwsNodes, report: GcReport, now: float) -> None:
+    def __init__(self, nodes: AwsNodes, report: GcReport, now: float,
+                 ended: Mapping[str, str]) -> None:
         self.nodes, self.report, self.now = nodes, report, now
-        self.verdicts: dict[str, str | None] = {}
+        self.verdicts: dict[str, str | None] = dict(ended)
 
     def verdict(self, task_id: str) -> str | None:
         """Why the task's leftovers may go, or None while it lives."""

@@ -304,9 +304,11 @@ class AwsProvider(Provider):
         (or deferred while instances shut down: ``gc`` removes those later)."""
         return _teardown.terminate_task(self.nodes, task_id)
 
-    def gc(self, *, dry_run: bool = False) -> GcReport:
-        """Terminate and delete what belongs to ended tasks (or to no task) of this store."""
-        return _gc.collect(self.nodes, dry_run=dry_run)
+    def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
+           ) -> GcReport:
+        """Terminate and delete what belongs to ended tasks (or to no task) of this store;
+        ``ended``: tasks ``flow_sdk.lifecycle`` judged ended, with why."""
+        return _gc.collect(self.nodes, dry_run=dry_run, ended=ended)
 
     def metadata_endpoint(self) -> str | None:
         """The instance metadata service a node asks when provider_config names none: EC2's

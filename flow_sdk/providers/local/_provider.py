@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from flow_sdk import procs, protocol, signing
+from flow_sdk import procs, protocol
 from flow_sdk._config import flow_home
 from flow_sdk.errors import FieldProblem, ProviderError
-from flow_sdk.protocol import Outcome, TaskStatus
+from flow_sdk.protocol import Outcome
 from flow_sdk.providers.base import (
     GcReport,
     Instance,
@@ -277,42 +277,39 @@ class LocalProvider(Provider):
 
     # -- gc ---------------------------------------------------------------------------------
 
-    def gc(self, *, dry_run: bool = False) -> GcReport:
-        """Stop what is left of tasks that ended (an outcome is written, or every agent
-        exited) or that no client on this machine knows any more (their client record is
-        gone: such a task is recorded CANCELLED). Live tasks are kept."""
+    def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
+           ) -> GcReport:
+        """Stop what is left of tasks that ended (an outcome is written, every agent exited,
+        or ``ended`` names them: ``flow_sdk.lifecycle`` judged them ended). Live tasks are
+        kept."""
         report = GcReport(self.name, dry_run)
+        ended = ended or {}
         folder = self.root / "instances"
         tasks = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
-        clients = flow_home(create=False) / "tasks"  # where the client keeps its task records
         for task_id in tasks:
             records = self._records(task_id)
             if not records or all(r["terminated"] for r in records) and \
                     not self.node_pids(task_id):
                 continue
-            outcome = self._store.get(protocol.outcome_key(task_id))
-            agents_alive = any(_node.agent_alive(r) for r in records)
-            if outcome is not None:
-                why = f"task ended {Outcome.from_json(outcome).status}"
-            elif not (clients / f"{task_id}.json").exists():
-                why = "no client record on this machine (the task is recorded CANCELLED)"
-            elif not agents_alive:
-                why = "every node agent has exited"
-            else:
+            why = ended.get(task_id) or self._ended_why(task_id, records)
+            if why is None:
                 report.live_tasks.append(task_id)
                 continue
             report.reasons[task_id] = why
             report.stopped_processes.extend(self.node_pids(task_id))
-            if dry_run:
-                continue
-            if outcome is None and not (clients / f"{task_id}.json").exists() \
-                    and signing.has_task_secret(task_id):  # signed: the client checks it
-                signing.SignedStore(self._store, signing.load_task_secret(task_id)) \
-                    .put_record_if_absent(protocol.outcome_key(task_id), Outcome(
-                        TaskStatus.CANCELLED.value, "stopped by `flow gc`: no client on this "
-                        "machine knows the task", time.time()))
-            self.terminate(task_id)
+            if not dry_run:
+                self.terminate(task_id)
         return report
+
+    def _ended_why(self, task_id: str, records: list[dict[str, Any]]) -> str | None:
+        """Why the task's leftovers may go (an outcome is written, or no agent runs), or None
+        while it lives."""
+        outcome = self._store.get(protocol.outcome_key(task_id))
+        if outcome is not None:
+            return f"task ended {Outcome.from_json(outcome).status}"
+        if not any(_node.agent_alive(r) for r in records):
+            return "every node agent has exited"
+        return None
 
     def _record(self, task_id: str, instance_id: str) -> dict[str, Any]:
         path = self._records_dir(task_id) / f"{instance_id}.json"

@@ -1,0 +1,119 @@
+"""The one owner of a task's end: the only module that writes a task's outcome record, and
+the one that judges how a task ended when no node said so.
+
+The outcome is written once: the first valid record wins (the signed store's
+``put_record_if_absent``), whoever reports it — a node agent (success, failure, timeout), the
+client (a launch that failed or was interrupted, ``Task.cancel``, a task whose nodes all
+vanished without a word, once ``Task.wait`` settles it) or ``flow gc`` (a task no client on
+this machine knows any more). Reading a task's status never writes. Providers reclaim what a
+task left (``Provider.gc``), told which tasks this module judged ended; they never decide how
+a task ended.
+
+This module imports the wire records (``protocol``), ``signing`` and the providers'
+interface only; the client (``task``, ``app``, ``cli``) and the node agent call it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+
+from flow_sdk import protocol, signing
+from flow_sdk.protocol import Outcome, TaskStatus
+from flow_sdk.providers.base import GcReport, Provider
+from flow_sdk.signing import SignedStore
+
+ORPHANED = "no client record on this machine (the task is recorded CANCELLED)"
+ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded CANCELLED)"
+
+
+# -- writing and reading the outcome --------------------------------------------------------
+
+def record_outcome(store: SignedStore, task_id: str, outcome: Outcome) -> bool:
+    """Write the task's outcome, signed, unless one is there: whether this call wrote it."""
+    return store.put_record_if_absent(protocol.outcome_key(task_id), outcome)
+
+
+def outcome_of(store: SignedStore, task_id: str) -> Outcome | None:
+    """The task's outcome (its MAC checked: a forgery raises ``SignatureError``), or None
+    while no one reported one."""
+    raw = store.get_record(protocol.outcome_key(task_id))
+    return Outcome.from_json(raw) if raw is not None else None
+
+
+# -- judgements: the outcome each way of ending gets ----------------------------------------
+
+def cancelled_by_caller(now: float | None = None) -> Outcome:
+    return Outcome(TaskStatus.CANCELLED.value, "cancelled by the caller",
+                   time.time() if now is None else now)
+
+
+def launch_ended(exc: BaseException, now: float | None = None) -> Outcome:
+    """A launch that raised ``exc``: FAILED when the provider refused or broke, CANCELLED
+    when it was interrupted (Ctrl-C, a signal: not an ``Exception``)."""
+    now = time.time() if now is None else now
+    interrupted = not isinstance(exc, Exception)
+    status = TaskStatus.CANCELLED if interrupted else TaskStatus.FAILED
+    return Outcome(status.value, f"launch {'interrupted' if interrupted else 'failed'}: "
+                   f"{type(exc).__name__}: {exc}", now)
+
+
+def launch_refused(exc: BaseException, now: float | None = None) -> Outcome:
+    """A launch the provider refused with a ``FlowError`` (its message says why)."""
+    return Outcome(TaskStatus.FAILED.value, f"launch failed: {exc}",
+                   time.time() if now is None else now)
+
+
+def nodes_vanished(agent_tail: list[str], boot_tail: list[str],
+                   now: float | None = None) -> Outcome:
+    """Every node is gone and none wrote an outcome: FAILED, saying where they died (the
+    agents' last lines, else — no agent logged — the nodes' boot output)."""
+    tail, what = agent_tail, "agent lines"
+    message = ("every node exited without reporting an outcome (a node agent crashed or "
+               "was killed)")
+    if not tail:
+        tail, what = boot_tail, "boot output"
+        message = ("every node exited in boot, before its agent logged (install, image "
+                   "pull, volumes or boot_timeout_s)")
+    if tail:
+        message += f"; last {what}:\n  " + "\n  ".join(tail)
+    return Outcome(TaskStatus.FAILED.value, message, time.time() if now is None else now,
+                   log_tail=tail)
+
+
+def orphaned(now: float | None = None) -> Outcome:
+    return Outcome(TaskStatus.CANCELLED.value, "stopped by `flow gc`: no client on this "
+                   "machine knows the task", time.time() if now is None else now)
+
+
+# -- gc: which tasks ended, then the provider reclaims ----------------------------------------
+
+def orphans(provider: Provider, known: Collection[str]) -> list[str]:
+    """Tasks this machine launched (it holds their secret) in ``provider``'s store that no
+    client record names any more (``known``: the task ids that have one), that have no
+    outcome and still have a node up."""
+    store = provider.store
+    found = []
+    for task_id in signing.task_secret_ids():
+        if task_id in known or not store.exists(protocol.task_key(task_id)) \
+                or store.exists(protocol.outcome_key(task_id)):
+            continue
+        if any(i.state != "terminated" for i in provider.list_instances(task_id)):
+            found.append(task_id)
+    return found
+
+
+def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
+            ) -> GcReport:
+    """``flow gc`` for one provider: record CANCELLED for each orphaned task (``orphans``:
+    signed with the task's secret, so its client can check it), then ask the provider to
+    reclaim what ended tasks left. With ``dry_run`` nothing is recorded or reclaimed."""
+    ended: dict[str, str] = {}
+    for task_id in orphans(provider, known):
+        if dry_run:
+            ended[task_id] = ORPHANED_DRY_RUN
+            continue
+        store = SignedStore(provider.store, signing.load_task_secret(task_id))
+        if record_outcome(store, task_id, orphaned()):
+            ended[task_id] = ORPHANED
+    return provider.gc(dry_run=dry_run, ended=ended)

@@ -35,7 +35,8 @@ from flow_sdk.protocol import (
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchPlan, LaunchRequest, Provider
 from flow_sdk.spec import TaskSpec, build_task_spec
-from flow_sdk.task import Task, save_client_record
+from flow_sdk.clientrecords import save_client_record
+from flow_sdk.task import Task
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
 from flow_sdk import lifecycle, payload, protocol, signing, tracebacks
 from flow_sdk import ssh as _ssh
-from flow_sdk._config import flow_home
+from flow_sdk.clientrecords import load_client_record
 from flow_sdk.errors import (
     FieldProblem,
     ProviderError,
@@ -39,26 +38,6 @@ from flow_sdk.providers.base import Provider, SshEndpoint
 from flow_sdk.spec import TaskSpec
 from flow_sdk.ssh import SshResult
 from flow_sdk.tasklogs import LogSource, TaskLogs
-
-
-def _client_record_path(task_id: str) -> Any:
-    return flow_home() / "tasks" / f"{task_id}.json"
-
-
-def save_client_record(task_id: str, provider: Provider, extra: dict[str, Any]) -> None:
-    """Remember which provider holds a task so ``Task.from_id`` works from any process."""
-    path = _client_record_path(task_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"task_id": task_id, "provider": provider.name, "provider_config": provider.config(),
-            **extra}
-    path.write_text(json.dumps(data, sort_keys=True))
-
-
-def list_client_records() -> list[dict[str, Any]]:
-    folder = flow_home() / "tasks"
-    if not folder.is_dir():
-        return []
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
 class Task:
@@ -93,11 +72,7 @@ class Task:
 
     @classmethod
     def from_id(cls, task_id: str) -> Task:
-        path = _client_record_path(task_id)
-        if not path.exists():
-            raise TaskNotFoundError(f"no task {task_id!r} in {path.parent}; `flow list` shows "
-                                    "the tasks this machine knows")
-        data = json.loads(path.read_text())
+        data = load_client_record(task_id)
         return cls(task_id, get_provider(data["provider"], data["provider_config"]))
 
     # -- state ------------------------------------------------------------------------------

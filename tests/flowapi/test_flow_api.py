@@ -16,7 +16,7 @@ import pytest
 from flow_sdk import Flow, FlowApp, TaskConfig, ValidationError, current
 from flow_sdk.catalog import GPU_MODELS, INTRANODE_INTERCONNECTS
 from flow_sdk.spec import build_task_spec
-from flow_sdk.task import list_client_records
+from flow_sdk.clientrecords import list_client_records
 
 app = FlowApp("flow-api")
 SAME_PYTHON = {"image_python": f"{sys.version_info[0]}.{sys.version_info[1]}"}

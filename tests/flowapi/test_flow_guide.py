@@ -21,7 +21,7 @@ from flow_testing import fake_aws_environment, moto_server, results_or_cancel
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from flow_sdk import Flow, FlowApp, TaskStatus, current
-from flow_sdk.task import list_client_records
+from flow_sdk.clientrecords import list_client_records
 from flow_sdk.volumes import Volume, create_volume
 
 pytestmark = pytest.mark.slow

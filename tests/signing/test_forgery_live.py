@@ -18,7 +18,8 @@ from flow_sdk.protocol import BootConfig, TaskRecord, TaskStatus
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.spec import build_task_spec
-from flow_sdk.task import Task, save_client_record
+from flow_sdk.clientrecords import save_client_record
+from flow_sdk.task import Task
 
 pytestmark = pytest.mark.slow
 

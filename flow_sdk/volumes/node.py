@@ -17,7 +17,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 
 from flow_sdk import protocol
 from flow_sdk.errors import VolumeError
@@ -220,8 +220,3 @@ def gc_mount_caches(provider: Provider) -> int:
         removed += 1
     return removed
 
-
-def mounts_from_env(environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    """The ``FLOW_MOUNTS`` map of this process (empty outside a task with mounts)."""
-    raw = (environ if environ is not None else os.environ).get(MOUNTS_ENV)
-    return json.loads(raw) if raw else {}

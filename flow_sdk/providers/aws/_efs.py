@@ -55,11 +55,6 @@ class FileSystem:
         """The NFS server name nodes mount (resolves in the VPC once a mount target exists)."""
         return f"{self.file_system_id}.efs.{self.region}.amazonaws.com"
 
-    def mount_command(self, path: str) -> str:
-        """The shell command that mounts this file system at ``path``."""
-        return (f"mount -t nfs4 -o {MOUNT_OPTIONS} {shlex.quote(self.dns_name + ':/')} "
-                f"{shlex.quote(path)}")
-
 
 def _error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import re
 import shlex
@@ -56,8 +55,9 @@ for _key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from flow_sdk import protocol, signing  # noqa: E402
-from flow_sdk.protocol import (  # noqa: E402
+from flow_sdk import wire  # noqa: E402
+from flow_sdk.wire import signing  # noqa: E402
+from flow_sdk.wire import (  # noqa: E402
     BootConfig,
     GangMember,
     MembershipRecord,
@@ -74,12 +74,12 @@ REGION = "us-east-1"
 _BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
 
 
-def boot_json_of(script: str) -> str:
-    """The FLOW_BOOT value a rendered user-data script starts the agent with."""
+def boot_of(script: str) -> BootConfig:
+    """The boot configuration a rendered user-data script starts the agent with."""
     match = _BOOT_LINE_RE.search(script)
     if match is None:
         raise SystemExit("the user-data has no FLOW_BOOT_JSON line")
-    return shlex.split(match.group(1))[0]
+    return BootConfig.decode(shlex.split(match.group(1))[0])
 
 
 BUCKET = "flow-bench-discovery"
@@ -145,18 +145,18 @@ def run_size(n: int, sample: int) -> SizeResult:
         signed = signing.SignedStore(client.store, signing.secret_from_hex(secret))
         blob = b"payload"
         digest = "0" * 64
-        client.store.put(protocol.payload_key(digest), blob)
+        client.store.put(wire.payload_key(digest), blob)
         signed.put_record(
-            protocol.task_key(task_id),
+            wire.task_key(task_id),
             TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), 29400, 29500),
         )
-        boot = BootConfig(task_id, "aws", client.config(), secret=secret).to_env()
+        boot = BootConfig(task_id, "aws", client.config(), secret=secret)
         start = time.perf_counter()
         launched = client.launch(LaunchRequest(task_id, spec, boot))
         launch_seconds = time.perf_counter() - start
         start = time.perf_counter()  # what launch_task does once the gang is up
         signed.put_record(
-            protocol.membership_key(task_id, 0),
+            wire.membership_key(task_id, 0),
             MembershipRecord(
                 0, [GangMember(i.instance_id, i.address) for i in launched], time.time()
             ),
@@ -165,8 +165,8 @@ def run_size(n: int, sample: int) -> SizeResult:
         ids = [i.instance_id for i in launched]
         recorded = client.clients.get("ec2", REGION).describe_instance_attribute(
             InstanceId=ids[0], Attribute="userData")  # what the user-data carries
-        node_boot = json.loads(boot_json_of(base64.b64decode(
-            recorded["UserData"]["Value"]).decode()))
+        node_boot = boot_of(base64.b64decode(
+            recorded["UserData"]["Value"]).decode())
         count = n if sample <= 0 else min(sample, n)
         picks = sorted({round(k * (n - 1) / max(count - 1, 1)) for k in range(count)})
         runs: dict[str, list[NodeRun]] = {path: [] for path in PATHS}
@@ -178,20 +178,20 @@ def run_size(n: int, sample: int) -> SizeResult:
     return SizeResult(n, runs, naive_calls, naive_seconds, launch_seconds, record_seconds)
 
 
-def run_node(node_boot: dict[str, Any], task_id: str, instance_id: str, n: int,
+def run_node(node_boot: BootConfig, task_id: str, instance_id: str, n: int,
              path: str) -> NodeRun:
     """What an agent does from boot to its rank, with the calls it makes counted."""
     with counting_session() as (session, calls, http):
         start = time.perf_counter()
-        node = AwsProvider.from_config(node_boot["provider_config"], session=session)
-        store = signing.SignedStore(node.store, signing.secret_from_hex(node_boot["secret"]))
-        record = TaskRecord.from_json(store.get_record(protocol.task_key(task_id)) or b"")
-        assert node.store.get(protocol.payload_key(record.payload_digest)) is not None
+        node = AwsProvider.from_config(node_boot.provider_config, session=session)
+        store = signing.SignedStore(node.store, signing.secret_from_hex(node_boot.secret))
+        record = TaskRecord.from_json(store.get_record(wire.task_key(task_id)) or b"")
+        assert node.store.get(wire.payload_key(record.payload_digest)) is not None
         before = sum(calls.values())
         membership = learn_gang(node, store, task_id, instance_id, n, path)
         gang_calls = sum(calls.values()) - before
         store.put_record(
-            protocol.node_key(task_id, membership.node_rank),
+            wire.node_key(task_id, membership.node_rank),
             NodeRecord(membership.node_rank, instance_id, "", NodePhase.RENDEZVOUS, time.time()),
         )
         seconds = time.perf_counter() - start
@@ -206,7 +206,7 @@ def learn_gang(node: AwsProvider, store: signing.SignedStore, task_id: str, inst
                         minimum=n, timeout_s=120)
 
     def read() -> list[GangMember] | None:
-        raw = store.get_record(protocol.membership_key(task_id, 0))
+        raw = store.get_record(wire.membership_key(task_id, 0))
         return None if raw is None else MembershipRecord.from_json(raw).members
 
     pushed = from_record(read, instance_id, GRACE_S)

@@ -35,7 +35,7 @@ from flow_sdk.errors import (
     TaskTimeoutError,
     ValidationError,
 )
-from flow_sdk.protocol import TaskStatus
+from flow_sdk.wire import TaskStatus
 from flow_sdk.spec import GpuSpec, TaskSpec, VolumeSpec
 from flow_sdk.task import Task
 from flow_sdk.volumes import (

@@ -17,14 +17,15 @@ from flow_sdk import (
     lifecycle,
     payload,
     progress,
-    protocol,
     script_imports,
     scripts,
     sdkwheel,
-    signing,
+    tasksecrets,
+    wire,
 )
 from flow_sdk.errors import FieldProblem, FlowError, LaunchWarning, ProviderError, ValidationError
-from flow_sdk.protocol import (
+from flow_sdk.wire import signing
+from flow_sdk.wire import (
     BootConfig,
     GangMember,
     LaunchedNode,
@@ -275,31 +276,31 @@ def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
     refuse_launch(provider, spec)
     task_id = new_task_id(spec.name)
     secret = signing.new_secret()
-    signing.save_task_secret(task_id, secret)
+    tasksecrets.save_task_secret(task_id, secret)
     digest = payload.digest(blob)
     signed = signing.SignedStore(provider.store, signing.secret_from_hex(secret))
     store = provider.store
-    if not store.exists(protocol.payload_key(digest)):
-        store.put(protocol.payload_key(digest), blob)
+    if not store.exists(wire.payload_key(digest)):
+        store.put(wire.payload_key(digest), blob)
     rdzv_port, master_port = provider.rendezvous_ports()
     record = TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), rdzv_port,
                         master_port, python=sdkwheel.python_version())
-    signed.put_record(protocol.task_key(task_id), record)
+    signed.put_record(wire.task_key(task_id), record)
     save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
                                            "created_at": record.created_at})
     boot = BootConfig(task_id, provider.name, provider.config(), secret=secret)
     try:
-        instances = provider.launch(LaunchRequest(task_id, spec, boot.to_env()))
+        instances = provider.launch(LaunchRequest(task_id, spec, boot))
     except FlowError as exc:
         lifecycle.record_outcome(signed, task_id, lifecycle.launch_refused(exc))
         raise
     except BaseException as exc:  # Ctrl-C, a signal, a bug: the provider rolled back
         lifecycle.record_outcome(signed, task_id, lifecycle.launch_ended(exc))
         raise
-    signed.put_record(protocol.membership_key(task_id, 0), MembershipRecord(0, [
+    signed.put_record(wire.membership_key(task_id, 0), MembershipRecord(0, [
         GangMember(i.instance_id, i.address) for i in instances], time.time()))
     launch = LaunchRecord(min(i.launched_at for i in instances), [
         LaunchedNode(i.instance_id, i.instance_type, i.market, i.usd_per_hour, i.zone)
         for i in instances])
-    signed.put_record(protocol.launch_key(task_id), launch)
+    signed.put_record(wire.launch_key(task_id), launch)
     return Task(task_id, provider)

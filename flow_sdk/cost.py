@@ -5,7 +5,7 @@ Live while the task runs (``now`` is the end), final once it ended (its outcome'
 
 from __future__ import annotations
 
-from flow_sdk.protocol import LaunchRecord
+from flow_sdk.wire import LaunchRecord
 
 
 def cost_per_hour(launch: LaunchRecord) -> float:

@@ -42,7 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flow_sdk import current, payload, signing
+from flow_sdk import current, payload
+from flow_sdk.wire import signing
 from flow_sdk.errors import FlowError
 from flow_sdk.procs import free_port
 

@@ -9,7 +9,7 @@ this machine knows any more). Reading a task's status never writes. Providers re
 task left (``Provider.gc``), told which tasks this module judged ended; they never decide how
 a task ended.
 
-This module imports the wire records (``protocol``), ``signing`` and the providers'
+This module imports the wire layer (``flow_sdk.wire``), the client's task secrets and the providers'
 interface only; the client (``task``, ``app``, ``cli``) and the node agent call it.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 
-from flow_sdk import protocol, signing
-from flow_sdk.protocol import Outcome, TaskStatus
+from flow_sdk import tasksecrets, wire
+from flow_sdk.wire import Outcome, TaskStatus
 from flow_sdk.providers.base import GcReport, Provider
-from flow_sdk.signing import SignedStore
+from flow_sdk.wire.signing import SignedStore
 
 ORPHANED = "no client record on this machine (the task is recorded CANCELLED)"
 ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded CANCELLED)"
@@ -31,13 +31,13 @@ ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded
 
 def record_outcome(store: SignedStore, task_id: str, outcome: Outcome) -> bool:
     """Write the task's outcome, signed, unless one is there: whether this call wrote it."""
-    return store.put_record_if_absent(protocol.outcome_key(task_id), outcome)
+    return store.put_record_if_absent(wire.outcome_key(task_id), outcome)
 
 
 def outcome_of(store: SignedStore, task_id: str) -> Outcome | None:
     """The task's outcome (its MAC checked: a forgery raises ``SignatureError``), or None
     while no one reported one."""
-    raw = store.get_record(protocol.outcome_key(task_id))
+    raw = store.get_record(wire.outcome_key(task_id))
     return Outcome.from_json(raw) if raw is not None else None
 
 
@@ -94,9 +94,9 @@ def orphans(provider: Provider, known: Collection[str]) -> list[str]:
     outcome and still have a node up."""
     store = provider.store
     found = []
-    for task_id in signing.task_secret_ids():
-        if task_id in known or not store.exists(protocol.task_key(task_id)) \
-                or store.exists(protocol.outcome_key(task_id)):
+    for task_id in tasksecrets.task_secret_ids():
+        if task_id in known or not store.exists(wire.task_key(task_id)) \
+                or store.exists(wire.outcome_key(task_id)):
             continue
         if any(i.state != "terminated" for i in provider.list_instances(task_id)):
             found.append(task_id)
@@ -113,7 +113,7 @@ def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
         if dry_run:
             ended[task_id] = ORPHANED_DRY_RUN
             continue
-        store = SignedStore(provider.store, signing.load_task_secret(task_id))
+        store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
         if record_outcome(store, task_id, orphaned()):
             ended[task_id] = ORPHANED
     return provider.gc(dry_run=dry_run, ended=ended)

@@ -5,7 +5,7 @@ the caller's own modules that are not installed packages (a test file, a sibling
 script): nodes do not have the caller's source tree, so those are shipped by value too.
 
 The digest here catches accidents only. What authenticates a payload is the task's secret
-(``flow_sdk.signing``): the signed task record names the payload's digest, and results and
+(``flow_sdk.wire.signing``): the signed task record names the payload's digest, and results and
 error payloads are sealed by the node that uploads them and checked before ``loads``.
 """
 

@@ -15,7 +15,11 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-__all__ = ["free_port", "is_alive", "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
+# The node agent lists its workers' process groups in this file of its working directory, so a
+# provider whose nodes are processes here can stop everything a node started.
+WORKER_PGIDS_FILE = "worker-pgids"
+
+__all__ = ["WORKER_PGIDS_FILE", "free_port", "is_alive", "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
 
 
 def _state(stat: str) -> str:

@@ -22,7 +22,7 @@ from rich.status import Status
 
 from flow_sdk.catalog import CatalogError, load_catalog
 from flow_sdk.errors import FieldProblem, LaunchDeclinedError, ValidationError
-from flow_sdk.protocol import TaskStatus
+from flow_sdk.wire import TaskStatus
 from flow_sdk.providers.base import LaunchPlan
 from flow_sdk.task import Task
 

@@ -6,7 +6,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
-from flow_sdk import lifecycle, payload, protocol, signing, tracebacks
+from flow_sdk import lifecycle, payload, tasksecrets, tracebacks, wire
+from flow_sdk.wire import signing
 from flow_sdk import ssh as _ssh
 from flow_sdk.clientrecords import load_client_record
 from flow_sdk.errors import (
@@ -25,7 +26,7 @@ from flow_sdk.errors import (
 )
 from flow_sdk.cost import cost_per_hour as _cost_per_hour
 from flow_sdk.cost import estimated_cost as _estimated_cost
-from flow_sdk.protocol import (
+from flow_sdk.wire import (
     LaunchRecord,
     NodePhase,
     NodeRecord,
@@ -64,7 +65,7 @@ class Task:
         """The provider's object store seen through the task's secret (read when first used)."""
         if self._signed is None:
             self._signed = signing.SignedStore(
-                self.provider.store, lambda: signing.load_task_secret(self.task_id))
+                self.provider.store, lambda: tasksecrets.load_task_secret(self.task_id))
         return self._signed
 
     def __repr__(self) -> str:
@@ -78,7 +79,7 @@ class Task:
     # -- state ------------------------------------------------------------------------------
 
     def record(self) -> TaskRecord:
-        key = protocol.task_key(self.task_id)
+        key = wire.task_key(self.task_id)
         raw = self.provider.store.get(key)
         if raw is None:
             raise TaskNotFoundError(f"task {self.task_id!r} has no record in the "
@@ -91,7 +92,7 @@ class Task:
 
     def nodes(self) -> list[NodeRecord]:
         store = self.store
-        return [NodeRecord.from_json(data) for key in store.list(protocol.nodes_prefix(self.task_id))
+        return [NodeRecord.from_json(data) for key in store.list(wire.nodes_prefix(self.task_id))
                 if (data := store.get_record(key)) is not None]
 
     @property
@@ -145,7 +146,7 @@ class Task:
     # -- cost -------------------------------------------------------------------------------
 
     def _launch_record(self) -> LaunchRecord | None:
-        raw = self.store.get_record(protocol.launch_key(self.task_id))
+        raw = self.store.get_record(wire.launch_key(self.task_id))
         return LaunchRecord.from_json(raw) if raw is not None else None
 
     @property
@@ -201,7 +202,7 @@ class Task:
 
     def cancel(self) -> None:
         """Stop every worker on every node and tear the nodes down. No-op once the task ended."""
-        self.store.put_record(protocol.cancel_key(self.task_id),
+        self.store.put_record(wire.cancel_key(self.task_id),
                               {"by": "the caller", "at": time.time()})
         lifecycle.record_outcome(self.store, self.task_id, lifecycle.cancelled_by_caller())
         self.provider.terminate(self.task_id)
@@ -219,11 +220,11 @@ class Task:
         """Every rank's return value, by rank."""
         if self.wait(timeout) is not TaskStatus.SUCCEEDED:
             raise self._error()
-        keys = self.provider.store.list(protocol.results_prefix(self.task_id))
+        keys = self.provider.store.list(wire.results_prefix(self.task_id))
         return [self._load_result(int(key.rsplit("/", 1)[1])) for key in keys]
 
     def _load_result(self, rank: int) -> Any:
-        raw = self.store.get_blob(protocol.result_key(self.task_id, rank))
+        raw = self.store.get_blob(wire.result_key(self.task_id, rank))
         if raw is None:
             raise TaskError(f"task {self.task_id} succeeded but rank {rank} stored no result",
                             task_id=self.task_id, status=TaskStatus.SUCCEEDED.value)
@@ -244,7 +245,7 @@ class Task:
         if status is TaskStatus.TIMED_OUT:
             return TaskTimedOutError(text, task_id=self.task_id, status=status.value)
         if outcome.has_error_payload and outcome.rank is not None:
-            raw = self.store.get_blob(protocol.error_key(self.task_id, outcome.rank))
+            raw = self.store.get_blob(wire.error_key(self.task_id, outcome.rank))
             if raw is not None:
                 info = payload.loads(raw)
                 # Rendered here, where the caller's source files are ("traceback": the node's).

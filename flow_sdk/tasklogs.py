@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from flow_sdk import protocol
-from flow_sdk.protocol import StreamKind
+from flow_sdk import wire
+from flow_sdk.wire import StreamKind
 from flow_sdk.providers.base import LogRecord, Provider
 
 LogSource = Literal["workers", "agent", "boot", "all"]
@@ -144,9 +144,9 @@ class TaskLogs:
                 if since is not None and r.ts < since:
                     continue
                 if events_only:
-                    if not r.text.startswith(protocol.EVENT_MARK):
+                    if not r.text.startswith(wire.EVENT_MARK):
                         continue
-                    r = LogRecord(r.ts, r.text[len(protocol.EVENT_MARK):])
+                    r = LogRecord(r.ts, r.text[len(wire.EVENT_MARK):])
                     lines.append(Line(r, label.replace("[agent]", "[flow]"), stream, at))
                 else:
                     lines.append(Line(r, label, stream, at))

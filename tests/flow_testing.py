@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from flow_sdk import protocol
+from flow_sdk import procs
 from flow_sdk.procs import pids_with_env
 from flow_sdk.providers.local import LocalProvider
 
@@ -124,7 +124,7 @@ def node_workdir(provider: LocalProvider, task_id: str, instance_id: str) -> Pat
 
 def worker_pids(provider: LocalProvider, task_id: str, instance_id: str) -> list[int]:
     """PIDs of the node's worker processes, once its agent started them."""
-    pids = node_workdir(provider, task_id, instance_id) / protocol.WORKER_PGIDS_FILE
+    pids = node_workdir(provider, task_id, instance_id) / procs.WORKER_PGIDS_FILE
     return [int(p) for p in pids.read_text().split()] if pids.exists() else []
 
 

@@ -181,3 +181,58 @@ def test_node_code_that_reaches_the_local_provider_breaks_the_contract(
     if not direct:
         old = re.escape(_contracts()["interface-only"]["name"])
         assert re.search(old + r"\s*KEPT", after.stdout), after.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "chain"), [
+    ("wire/boot.py", "import flow_sdk.spec", "flow_sdk.wire.boot -> flow_sdk.spec"),
+    ("wire/records.py", "import pydantic", "flow_sdk.wire.records -> pydantic"),
+    # indirect: the one flow_sdk module the wire may import, importing another
+    ("errors.py", "import flow_sdk.procs", "flow_sdk.errors -> flow_sdk.procs"),
+])
+def test_a_wire_import_beyond_the_stdlib_and_errors_breaks_its_contract(
+        tmp_path: Path, module: str, line: str, chain: str) -> None:
+    name = _contracts()["wire-stdlib-only"]["name"]
+    clean = _copy_tree(tmp_path / "clean")
+    broken = _copy_tree(tmp_path / "broken")
+    path = broken / "flow_sdk" / module
+    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
+
+    before = _lint(clean, "wire-stdlib-only")
+    after = _lint(broken, "wire-stdlib-only")
+
+    assert before.returncode == 0 and f"{name} KEPT" in before.stdout, before.stdout
+    assert after.returncode != 0, after.stdout + after.stderr
+    assert f"{name} BROKEN" in after.stdout, after.stdout
+    assert chain in after.stdout, after.stdout
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, wherever the statement is (relative imports as
+    ``.``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." if node.level else str(node.module))
+    return found
+
+
+def test_the_wire_imports_only_the_standard_library_and_errors() -> None:
+    """What the contract cannot list (every third-party package there is): each import of the
+    wire layer is the standard library's, ``flow_sdk.errors`` or the wire's own."""
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    modules = sorted((REPO / "flow_sdk" / "wire").glob("*.py"))
+    assert {p.stem for p in modules} >= {"__init__", "keys", "records", "boot", "signing"}
+    for path in modules:
+        for name in _imports(path):
+            ok = (name.split(".")[0] in allowed or name == "flow_sdk.errors"
+                  or name.startswith("flow_sdk.wire."))
+            assert ok, f"{path.name} imports {name}"
+
+
+def test_the_import_scan_sees_every_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import json\ndef f():\n    from pydantic import BaseModel\n"
+                      "from . import x\n", encoding="utf-8")
+    assert _imports(module) == {"json", "pydantic", "."}

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from flow_testing import agent_pid, wait_until
 
-from flow_sdk import FlowApp, TaskStatus, lifecycle, protocol, signing
+from flow_sdk import FlowApp, TaskStatus, lifecycle, tasksecrets, wire
+from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError, TaskFailedError
-from flow_sdk.protocol import Outcome
+from flow_sdk.wire import Outcome
 from flow_sdk.providers.local import LocalProvider
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +36,7 @@ def sleeps(seconds: float) -> None:
 
 
 def _is_outcome_key(node: ast.AST, bound: set[str]) -> bool:
-    """``outcome_key(...)`` / ``protocol.outcome_key(...)``, or a name bound to one."""
+    """``outcome_key(...)`` / ``wire.outcome_key(...)``, or a name bound to one."""
     if isinstance(node, ast.Name):
         return node.id in bound
     if not isinstance(node, ast.Call):
@@ -79,26 +80,26 @@ def test_a_scratch_outcome_write_outside_lifecycle_fails_the_scan(tmp_path: Path
     task = copy / "task.py"
     clean = task.read_text(encoding="utf-8")
     task.write_text(clean + "\n\ndef _scratch(store, task_id, outcome):\n"
-                    "    store.put_record_if_absent(protocol.outcome_key(task_id), outcome)\n")
+                    "    store.put_record_if_absent(wire.outcome_key(task_id), outcome)\n")
     assert list(writers(copy)) == ["lifecycle.py", "task.py"]
     task.write_text(clean + "\n\ndef _scratch(store, task_id, raw):\n"
-                    "    key = protocol.outcome_key(task_id)\n    store.put(key, raw)\n")
+                    "    key = wire.outcome_key(task_id)\n    store.put(key, raw)\n")
     assert list(writers(copy)) == ["lifecycle.py", "task.py"]
 
 
 def test_the_first_valid_outcome_wins_and_a_forgery_is_refused_on_read() -> None:
     provider = LocalProvider()
-    signing.save_task_secret("t-1", signing.new_secret())
-    store = signing.SignedStore(provider.store, signing.load_task_secret("t-1"))
+    tasksecrets.save_task_secret("t-1", signing.new_secret())
+    store = signing.SignedStore(provider.store, tasksecrets.load_task_secret("t-1"))
     assert lifecycle.outcome_of(store, "t-1") is None
     assert lifecycle.record_outcome(store, "t-1", lifecycle.cancelled_by_caller(now=1.0))
     assert not lifecycle.record_outcome(store, "t-1", Outcome("SUCCEEDED", "late", 2.0))
     outcome = lifecycle.outcome_of(store, "t-1")
     assert outcome is not None and (outcome.status, outcome.finished_at) == ("CANCELLED", 1.0)
-    provider.store.put(protocol.outcome_key("t-2"), protocol.to_json(
+    provider.store.put(wire.outcome_key("t-2"), wire.to_json(
         Outcome("SUCCEEDED", "forged", 3.0)))
-    signing.save_task_secret("t-2", signing.new_secret())
-    forged = signing.SignedStore(provider.store, signing.load_task_secret("t-2"))
+    tasksecrets.save_task_secret("t-2", signing.new_secret())
+    forged = signing.SignedStore(provider.store, tasksecrets.load_task_secret("t-2"))
     with pytest.raises(SignatureError, match="t-2"):
         lifecycle.outcome_of(forged, "t-2")
 

@@ -10,10 +10,10 @@ gets both clocks, from its start.
 
 from __future__ import annotations
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import SignatureError
-from flow_sdk.protocol import AgentUp
-from flow_sdk.signing import SignedStore
+from flow_sdk.wire import AgentUp
+from flow_sdk.wire.signing import SignedStore
 from flow_sdk.spec import TaskSpec
 
 # A node that arrives just before the deadline still gets this long (at most the availability
@@ -23,7 +23,7 @@ JOIN_GRACE_S = 10.0
 
 def mark_up(store: SignedStore, task_id: str, instance_id: str, now: float) -> None:
     """Record that this node's agent is up (once; a restarted agent keeps its first time)."""
-    store.put_record_if_absent(protocol.agent_up_key(task_id, instance_id),
+    store.put_record_if_absent(wire.agent_up_key(task_id, instance_id),
                                AgentUp(instance_id, now))
 
 
@@ -31,7 +31,7 @@ def first_up(store: SignedStore, task_id: str, default: float) -> float:
     """The earliest agent-up time of the task; ``default`` when there is none. Records
     without the task's MAC are left out."""
     times = []
-    for key in store.list(protocol.agents_up_prefix(task_id)):
+    for key in store.list(wire.agents_up_prefix(task_id)):
         try:
             raw = store.get_record(key)
         except SignatureError:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from flow_sdk.agent.log import AgentLog
 from flow_sdk.agent.records import NodeRecords
-from flow_sdk.protocol import BootConfig
+from flow_sdk.wire import BootConfig
 from flow_sdk.providers.base import Provider
 
 

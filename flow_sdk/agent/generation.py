@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from flow_sdk import headjob, protocol
+from flow_sdk import headjob, procs
 from flow_sdk.agent import clock
 from flow_sdk.agent.context import NodeContext
 from flow_sdk.agent.recovery import conclude
@@ -17,7 +17,7 @@ from flow_sdk.agent.timers import Deadline
 from flow_sdk.agent.watch import Watch
 from flow_sdk.agent.workers import WorkerGroup
 from flow_sdk.errors import FlowError, SignatureError
-from flow_sdk.protocol import NodePhase, TaskRecord, TaskStatus
+from flow_sdk.wire import NodePhase, TaskRecord, TaskStatus
 from flow_sdk.rendezvous import Membership, discover, from_record, worker_env
 from flow_sdk.rendezvous.preflight import run_preflight
 from flow_sdk.rendezvous.store import FailureReport, NodeStore
@@ -129,7 +129,7 @@ class Generation:
                 env[headjob.KEY_ENV] = headjob.link_key(node.secret)
         workers = WorkerGroup(workdir=node.workdir, log_store=node.provider.logs,
                               task_id=node.task_id, node_rank=m.node_rank, envs=envs,
-                              pids_file=node.workdir / protocol.WORKER_PGIDS_FILE,
+                              pids_file=node.workdir / procs.WORKER_PGIDS_FILE,
                               payload_digest=self.record.payload_digest,
                               generation=self.number)
         workers.start()

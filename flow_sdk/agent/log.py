@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.providers.base import LogRecord, Provider
 
 
@@ -12,7 +12,7 @@ class AgentLog:
     """Writes the agent's lines to the task's ``agent.<instance id>`` stream and stdout."""
 
     def __init__(self, provider: Provider, task_id: str, instance_id: str) -> None:
-        self._writer = provider.logs.writer(task_id, protocol.agent_stream(instance_id))
+        self._writer = provider.logs.writer(task_id, wire.agent_stream(instance_id))
 
     def __call__(self, message: str) -> None:
         now = time.time()
@@ -22,4 +22,4 @@ class AgentLog:
     def event(self, message: str) -> None:
         """A task event (lost node, restart, replacement, generation): the caller shows it
         among the workers' output as an SDK line."""
-        self(protocol.EVENT_MARK + message)
+        self(wire.EVENT_MARK + message)

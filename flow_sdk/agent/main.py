@@ -21,7 +21,8 @@ import traceback
 from pathlib import Path
 from types import FrameType
 
-from flow_sdk import protocol, sdkwheel, signing
+from flow_sdk import sdkwheel, wire
+from flow_sdk.wire import signing
 from flow_sdk.agent import clock
 from flow_sdk.agent.context import NodeContext
 from flow_sdk.agent.generation import Generation
@@ -29,7 +30,7 @@ from flow_sdk.agent.log import AgentLog
 from flow_sdk.agent.records import NodeRecords
 from flow_sdk.agent.timers import Deadline
 from flow_sdk.errors import SignatureError
-from flow_sdk.protocol import BootConfig, NodePhase, TaskRecord
+from flow_sdk.wire import BOOT_ENV, BootConfig, NodePhase, TaskRecord, node_boot
 from flow_sdk.providers import get_provider
 from flow_sdk.sdkwheel import PythonMismatchError
 from flow_sdk.spec import TaskSpec
@@ -64,13 +65,13 @@ class Agent:
         payload's digest are checked before either is used."""
         node = self.node
         try:
-            raw = node.records.store.get_record(protocol.task_key(node.task_id))
+            raw = node.records.store.get_record(wire.task_key(node.task_id))
             if raw is None:
                 node.records.fail(f"node {node.instance_id} found no task record; the launch "
                                   "was incomplete")
                 return None
             record = TaskRecord.from_json(raw)
-            key = protocol.payload_key(record.payload_digest)
+            key = wire.payload_key(record.payload_digest)
             blob = node.provider.store.get(key)
             if blob is None:
                 node.records.fail(f"payload {record.payload_digest[:16]} is missing from the "
@@ -105,8 +106,8 @@ class Agent:
 
 
 def main() -> int:
-    boot, instance_id, address = BootConfig.from_env()
-    os.environ.pop("FLOW_BOOT", None)  # it carries the task's secret: workers do not inherit it
+    boot, instance_id, address = node_boot()
+    os.environ.pop(BOOT_ENV, None)  # it carries the task's secret: workers do not inherit it
     agent = Agent(boot, instance_id, address,
                   Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd())))
 

@@ -13,9 +13,9 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from flow_sdk import lifecycle, protocol
+from flow_sdk import lifecycle, wire
 from flow_sdk.errors import SignatureError
-from flow_sdk.protocol import (
+from flow_sdk.wire import (
     GangMember,
     MembershipRecord,
     NodePhase,
@@ -25,7 +25,7 @@ from flow_sdk.protocol import (
 )
 from flow_sdk.rendezvous import Membership
 from flow_sdk.rendezvous.store import FailureReport
-from flow_sdk.signing import SignedStore
+from flow_sdk.wire.signing import SignedStore
 
 
 class NodeRecords:
@@ -52,7 +52,7 @@ class NodeRecords:
     def write_node(self, m: Membership, phase: NodePhase, workers: int = 0) -> None:
         record = NodeRecord(m.node_rank, self.instance_id, self.address, phase, time.time(),
                             workers)
-        self.store.put_record(protocol.node_key(self.task_id, m.node_rank), record)
+        self.store.put_record(wire.node_key(self.task_id, m.node_rank), record)
 
     def write_outcome(self, outcome: Outcome) -> bool:
         """Writes the task's outcome unless one is there; whether this call wrote it."""
@@ -65,23 +65,23 @@ class NodeRecords:
         self.write_outcome(Outcome(TaskStatus.FAILED.value, message, time.time(), node=node))
 
     def outcome_written(self) -> bool:
-        return self.checked(protocol.outcome_key(self.task_id)) is not None
+        return self.checked(wire.outcome_key(self.task_id)) is not None
 
     def cancelled(self) -> bool:
-        return self.checked(protocol.cancel_key(self.task_id)) is not None
+        return self.checked(wire.cancel_key(self.task_id)) is not None
 
     def put_result(self, rank: int, data: bytes) -> None:
-        self.store.put_blob(protocol.result_key(self.task_id, rank), data)
+        self.store.put_blob(wire.result_key(self.task_id, rank), data)
 
     def put_error(self, rank: int, data: bytes) -> None:
-        self.store.put_blob(protocol.error_key(self.task_id, rank), data)
+        self.store.put_blob(wire.error_key(self.task_id, rank), data)
 
     # -- generations --------------------------------------------------------------------------
 
     def restarts(self) -> dict[str, bytes]:
         """The restart decisions that carry the task's MAC, by key; others are ignored."""
         found = {}
-        for key in self.store.list(protocol.restarts_prefix(self.task_id)):
+        for key in self.store.list(wire.restarts_prefix(self.task_id)):
             raw = self.checked(key)
             if raw is not None and key.rsplit("/", 1)[1].isdigit():
                 found[key] = raw
@@ -101,20 +101,20 @@ class NodeRecords:
 
     def restart_decided(self, gen: int) -> bool:
         """Whether a decider opened generation ``gen``."""
-        return self.checked(protocol.restart_key(self.task_id, gen)) is not None
+        return self.checked(wire.restart_key(self.task_id, gen)) is not None
 
     def write_restart(self, gen: int, reason: FailureReport, replaced: list[str]) -> None:
-        self.store.put_record(protocol.restart_key(self.task_id, gen),
+        self.store.put_record(wire.restart_key(self.task_id, gen),
                               {"reason": asdict(reason), "replaced": replaced})
 
     def members(self, gen: int) -> list[GangMember] | None:
         """The gang that generation ``gen``'s membership record names; None when absent.
         Raises SignatureError for a forged record."""
-        raw = self.store.get_record(protocol.membership_key(self.task_id, gen))
+        raw = self.store.get_record(wire.membership_key(self.task_id, gen))
         return None if raw is None else MembershipRecord.from_json(raw).members
 
     def write_members(self, gen: int, members: list[GangMember]) -> None:
-        self.store.put_record(protocol.membership_key(self.task_id, gen),
+        self.store.put_record(wire.membership_key(self.task_id, gen),
                               MembershipRecord(gen, members, time.time()))
 
     def claim(self, key: str) -> bool | None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.agent.context import NodeContext
 from flow_sdk.agent.timers import Deadline
 from flow_sdk.errors import FlowError
-from flow_sdk.protocol import GangMember, NodePhase, Outcome, TaskStatus
+from flow_sdk.wire import GangMember, NodePhase, Outcome, TaskStatus
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.rendezvous import Membership
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
@@ -50,7 +50,7 @@ def claim_decider(node: NodeContext, gen: int) -> bool | None:
     claim in the first slot that holds no forged one (every node walks the slots in the same
     order, so exactly one wins). None when every slot holds a forgery."""
     for slot in range(DECIDER_SLOTS):
-        claimed = node.records.claim(protocol.decider_key(node.task_id, gen, slot))
+        claimed = node.records.claim(wire.decider_key(node.task_id, gen, slot))
         if claimed is not None:
             return claimed
     return None
@@ -117,7 +117,7 @@ def _restart(node: NodeContext, gen: int, spec: TaskSpec, m: Membership,
             node.provider.terminate_instances(node.task_id, others)
         node.records.write_restart(gen + 1, root, lost)
         added = node.provider.add_instances(
-            LaunchRequest(node.task_id, spec, node.boot.to_env()), len(lost)) if lost else []
+            LaunchRequest(node.task_id, spec, node.boot), len(lost)) if lost else []
         kept = [GangMember(iid, address) for iid, address in zip(m.instance_ids, m.addresses)
                 if iid not in lost]
         node.records.write_members(gen + 1, kept + [GangMember(i.instance_id, i.address)

@@ -14,7 +14,7 @@ from flow_sdk.agent.context import NodeContext
 from flow_sdk.agent.timers import Deadline, Every
 from flow_sdk.agent.workers import WorkerExit, WorkerGroup
 from flow_sdk.errors import FlowError
-from flow_sdk.protocol import NodePhase, Outcome, TaskStatus
+from flow_sdk.wire import NodePhase, Outcome, TaskStatus
 from flow_sdk.rendezvous import Membership
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 

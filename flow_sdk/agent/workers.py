@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk import procs
 from flow_sdk.providers.base import LogRecord, LogStore
 
@@ -106,7 +106,7 @@ class WorkerGroup:
                                     cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            stream = protocol.rank_stream(self._node_rank, rank)
+            stream = wire.rank_stream(self._node_rank, rank)
             self.workers.append(_Worker(local_rank, rank, proc, self._log_store,
                                         self._task_id, stream))
             with open(self._pids_file, "a") as fh:

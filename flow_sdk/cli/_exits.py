@@ -16,7 +16,7 @@ from flow_sdk.errors import (
     TaskTimedOutError,
     ValidationError,
 )
-from flow_sdk.protocol import TaskStatus
+from flow_sdk.wire import TaskStatus
 
 EXIT_OK = 0
 EXIT_FAILED = 1

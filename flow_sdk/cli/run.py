@@ -21,7 +21,7 @@ from flow_sdk.cli._options import backend, provider_config_of, spec_kwargs, spec
 from flow_sdk.cli._output import emit_json
 from flow_sdk.progress import Reporter, WatchOptions, show_plan, wait_running
 from flow_sdk.errors import ValidationError
-from flow_sdk.protocol import TaskStatus
+from flow_sdk.wire import TaskStatus
 from flow_sdk.script_imports import local_module_files
 from flow_sdk.spec import build_task_spec
 from flow_sdk.task import Task

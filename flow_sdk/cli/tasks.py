@@ -15,7 +15,7 @@ from flow_sdk.cli._main import main
 from flow_sdk.cli._options import find_task, since_time
 from flow_sdk.cli._output import ago, emit_json, pairs, table, when
 from flow_sdk.errors import FlowError
-from flow_sdk.protocol import TaskStatus
+from flow_sdk.wire import TaskStatus
 from flow_sdk.clientrecords import list_client_records
 from flow_sdk.task import Task
 from flow_sdk.tasklogs import LOG_SOURCES

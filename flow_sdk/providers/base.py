@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from flow_sdk.errors import FieldProblem, ProviderError, ValidationError, VolumeError
 from flow_sdk.spec import TaskSpec, VolumeSpec
+from flow_sdk.wire import BootConfig
 
 InstanceState = Literal["pending", "running", "terminated"]
 
@@ -53,7 +54,7 @@ class LaunchRequest:
 
     task_id: str
     spec: TaskSpec
-    boot_env: Mapping[str, str] = field(default_factory=dict)  # set for the node agent
+    boot: BootConfig  # what the node agents start with (``BootConfig.encode``, carried as is)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from flow_sdk import protocol, signing
+from flow_sdk import tasksecrets, wire
+from flow_sdk.wire import signing
 from flow_sdk.errors import RecordError, SignatureError
-from flow_sdk.protocol import Outcome, TaskRecord
+from flow_sdk.wire import Outcome, TaskRecord
 from flow_sdk.providers.base import ObjectStore
 
 TASKS_FOLDER = "tasks/"
@@ -56,13 +57,13 @@ def task_ids(store: ObjectStore) -> list[str]:
 def finished_at(store: ObjectStore, task_id: str) -> tuple[float | None, str]:
     """When the task finished (None while it runs or when its outcome cannot be trusted),
     and why."""
-    key = protocol.outcome_key(task_id)
+    key = wire.outcome_key(task_id)
     raw = store.get(key)
     if raw is None:
         return None, "no outcome: running or being launched"
     try:
-        if signing.has_task_secret(task_id):
-            signing.open_record(signing.load_task_secret(task_id), key, raw)
+        if tasksecrets.has_task_secret(task_id):
+            signing.open_record(tasksecrets.load_task_secret(task_id), key, raw)
         outcome = Outcome.from_json(raw)
     except (SignatureError, RecordError) as exc:
         return None, f"its outcome is not the task's own: {exc}"
@@ -70,7 +71,7 @@ def finished_at(store: ObjectStore, task_id: str) -> tuple[float | None, str]:
 
 
 def _payload_of(store: ObjectStore, task_id: str) -> str | None:
-    raw = store.get(protocol.task_key(task_id))
+    raw = store.get(wire.task_key(task_id))
     if raw is None:
         return None
     try:
@@ -98,11 +99,11 @@ def remove_finished_tasks(store: ObjectStore, older_than_s: float, *, dry_run: b
         report.removed_tasks.append(task_id)
         if payload is not None:
             removed.add(payload)
-        prefix = protocol.task_prefix(task_id)
+        prefix = wire.task_prefix(task_id)
         report.removed_objects += (len(store.list(prefix)) if dry_run
                                    else store.delete_prefix(prefix))
     for digest in sorted(removed - kept_payloads):
-        key = protocol.payload_key(digest)
+        key = wire.payload_key(digest)
         if dry_run:
             gone = store.exists(key)
         else:

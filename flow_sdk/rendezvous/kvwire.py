@@ -15,7 +15,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from flow_sdk import signing
+from flow_sdk.wire import signing
 
 VERSION = "flow-kv/2"
 NONCE_HEX = 32

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Literal
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import VolumeError
 from flow_sdk.providers.base import NodeMount, Provider
 from flow_sdk.spec import TaskSpec
@@ -207,7 +207,7 @@ def gc_mount_caches(provider: Provider) -> int:
     for task_cache in sorted(p for p in root.iterdir() if p.is_dir()):
         if task_cache in _cache_users:
             continue
-        if not provider.store.exists(protocol.outcome_key(task_cache.name)):
+        if not provider.store.exists(wire.outcome_key(task_cache.name)):
             continue  # the task may still be running
         users = root / f".{task_cache.name}.users"
         with open(users, "a+") as handle:

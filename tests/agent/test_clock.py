@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flow_sdk import protocol, signing
+from flow_sdk import wire
+from flow_sdk.wire import signing
 from flow_sdk.agent import clock
 from flow_sdk.providers.local import FileObjectStore
 from flow_sdk.spec import build_task_spec
@@ -40,6 +41,6 @@ def test_no_agent_up_yet_starts_the_clock_now_and_forged_records_do_not_count(
     assert clock.first_up(store, "t-2", default=42.0) == 42.0
     forger = _store(tmp_path, secret=b"x" * 32)  # the store's contents, not the task's secret
     clock.mark_up(forger, "t-2", "i-evil", 1.0)
-    assert store.list(protocol.agents_up_prefix("t-2")) == [protocol.agent_up_key("t-2",
+    assert store.list(wire.agents_up_prefix("t-2")) == [wire.agent_up_key("t-2",
                                                                                   "i-evil")]
     assert clock.first_up(store, "t-2", default=42.0) == 42.0

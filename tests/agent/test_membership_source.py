@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import protocol, signing
+from flow_sdk import wire
+from flow_sdk.wire import signing
 from flow_sdk.agent import generation
 from flow_sdk.agent.main import Agent
-from flow_sdk.protocol import BootConfig, GangMember, MembershipRecord
+from flow_sdk.wire import BootConfig, GangMember, MembershipRecord
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import Instance
 from flow_sdk.rendezvous import Membership, assign_ranks
@@ -52,7 +53,7 @@ def _record(generation: int, ids: tuple[str, ...], address: str = "10.0.0.") -> 
 
 def _write(agent: Agent, secret: str, generation: int, record: MembershipRecord) -> None:
     signed = signing.SignedStore(agent.node.provider.store, signing.secret_from_hex(secret))
-    signed.put_record(protocol.membership_key(TASK, generation), record)
+    signed.put_record(wire.membership_key(TASK, generation), record)
 
 
 def _listed_membership(me: str) -> Membership:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from flow_testing import agent_pid, processes_with_env, wait_until
-from flow_sdk import FlowApp, TaskStatus, protocol, signing
+from flow_sdk import FlowApp, TaskStatus, wire
+from flow_sdk.wire import signing
 from flow_sdk.providers.local import LocalProvider
 
 pytestmark = pytest.mark.slow
@@ -97,7 +98,7 @@ def test_forged_decider_claims_cannot_stop_the_restart() -> None:
     task = fails_once.spawn()
     started = time.monotonic()
     for slot in range(2):  # unsigned, and signed with another task's secret
-        key = protocol.decider_key(task.task_id, 0, slot)
+        key = wire.decider_key(task.task_id, 0, slot)
         other = signing.SignedStore(task.provider.store, bytes(32))
         if slot:
             other.put_record(key, {"instance_id": "i-forger"})

@@ -221,9 +221,9 @@ def test_gc_stops_orphaned_and_ended_tasks_only(flow_home: Path, tmp_path: Path)
     orphan_id, ended_id, live_id = (flow("run", "-d", sleeps).stdout.strip() for _ in range(3))
     orphan, ended, _ = (running(t, 1) for t in (orphan_id, ended_id, live_id))
     (flow_home / "tasks" / f"{orphan_id}.json").unlink()  # its client is gone
-    from flow_sdk import protocol
-    from flow_sdk.protocol import Outcome
-    ended.store.put_record_if_absent(protocol.outcome_key(ended_id), Outcome(
+    from flow_sdk import wire
+    from flow_sdk.wire import Outcome
+    ended.store.put_record_if_absent(wire.outcome_key(ended_id), Outcome(
         "FAILED", "written by the test", time.time()))  # ended, never torn down
     live_pids = ended.provider.node_pids(live_id)  # type: ignore[attr-defined]
 
@@ -248,33 +248,33 @@ def test_gc_stops_orphaned_and_ended_tasks_only(flow_home: Path, tmp_path: Path)
 
 
 def test_gc_older_than_removes_finished_tasks_objects_only(flow_home: Path) -> None:
-    from flow_sdk import protocol
-    from flow_sdk.protocol import Outcome
+    from flow_sdk import wire
+    from flow_sdk.wire import Outcome
     from flow_sdk.providers.local import LocalProvider
 
     store = LocalProvider().store
     now = time.time()
     for task_id in ("done-long-ago", "done-today", "still-running"):
-        store.put(protocol.task_key(task_id), b"{}")
-        store.put(protocol.result_key(task_id, 0), b"r")
-    store.put(protocol.outcome_key("done-long-ago"), protocol.to_json(
+        store.put(wire.task_key(task_id), b"{}")
+        store.put(wire.result_key(task_id, 0), b"r")
+    store.put(wire.outcome_key("done-long-ago"), wire.to_json(
         Outcome("SUCCEEDED", "done", now - 8 * 86400)))
-    store.put(protocol.outcome_key("done-today"), protocol.to_json(
+    store.put(wire.outcome_key("done-today"), wire.to_json(
         Outcome("SUCCEEDED", "done", now - 3600)))
 
     dry = flow("gc", "--provider", "local", "--older-than", "7d", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     [objects] = [e["objects"] for e in json.loads(dry.stdout) if "objects" in e]
     assert objects["removed_tasks"] == ["done-long-ago"] and objects["dry_run"]
-    assert store.get(protocol.result_key("done-long-ago", 0)) == b"r"
+    assert store.get(wire.result_key("done-long-ago", 0)) == b"r"
 
     done = flow("gc", "--provider", "local", "--older-than", "7d")
     assert done.returncode == 0, done.stderr
     assert "removed 3 object(s) of 1 task(s)" in done.stdout
-    assert store.list(protocol.task_prefix("done-long-ago")) == []
+    assert store.list(wire.task_prefix("done-long-ago")) == []
     for task_id in ("done-today", "still-running"):  # too recent; running
-        assert store.get(protocol.result_key(task_id, 0)) == b"r"
+        assert store.get(wire.result_key(task_id, 0)) == b"r"
     hours = flow("gc", "--provider", "local", "--older-than", "0.5h", "--json")
     [objects] = [e["objects"] for e in json.loads(hours.stdout) if "objects" in e]
     assert objects["removed_tasks"] == ["done-today"]
-    assert store.get(protocol.result_key("still-running", 0)) == b"r"
+    assert store.get(wire.result_key("still-running", 0)) == b"r"

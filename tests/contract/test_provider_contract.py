@@ -14,8 +14,8 @@ import pytest
 from contract_helpers import Contract
 from flow_testing import processes_with_env, wait_until
 
-from flow_sdk import TaskStatus, protocol
-from flow_sdk.protocol import Outcome
+from flow_sdk import TaskStatus, wire
+from flow_sdk.wire import Outcome
 from flow_sdk.providers.base import LogRecord
 from flow_sdk.spec import VolumeSpec
 
@@ -59,7 +59,7 @@ def test_gc_reports_on_a_dry_run_and_reclaims_an_ended_task(contract: Contract,
     try:
         wait_until(lambda: any(n.phase == "running" for n in task.nodes()), 120,
                    "the node runs the function")
-        provider.store.put_if_absent(protocol.outcome_key(task.task_id), protocol.to_json(
+        provider.store.put_if_absent(wire.outcome_key(task.task_id), wire.to_json(
             Outcome("FAILED", "written by the test", time.time())))  # ended, not torn down
 
         dry = provider.gc(dry_run=True)

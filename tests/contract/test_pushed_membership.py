@@ -11,8 +11,9 @@ import pytest
 from flow_testing import results_or_cancel
 from contract_helpers import Contract
 
-from flow_sdk import TaskStatus, protocol, signing
-from flow_sdk.protocol import MembershipRecord
+from flow_sdk import TaskStatus, tasksecrets, wire
+from flow_sdk.wire import signing
+from flow_sdk.wire import MembershipRecord
 
 
 def _where_am_i() -> dict[str, Any]:
@@ -25,8 +26,8 @@ def test_nodes_take_their_ranks_from_the_launchers_record(contract: Contract) ->
         _where_am_i).spawn()
     results = results_or_cancel(task, 180)
     assert task.status is TaskStatus.SUCCEEDED
-    signed = signing.SignedStore(task.provider.store, signing.load_task_secret(task.task_id))
-    raw = signed.get_record(protocol.membership_key(task.task_id, 0))
+    signed = signing.SignedStore(task.provider.store, tasksecrets.load_task_secret(task.task_id))
+    raw = signed.get_record(wire.membership_key(task.task_id, 0))
     assert raw is not None
     members = sorted(MembershipRecord.from_json(raw).members, key=lambda m: m.instance_id)
     assert [r["node"] for r in results] == [0, 1]

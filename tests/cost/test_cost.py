@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from flow_sdk.cost import cost_per_hour, estimated_cost
-from flow_sdk.protocol import LaunchedNode, LaunchRecord
+from flow_sdk.wire import LaunchedNode, LaunchRecord
 
 
 def _launch(prices: list[float], at: float = 1_000.0) -> LaunchRecord:
@@ -33,19 +33,20 @@ def test_local_nodes_cost_nothing() -> None:
 
 
 def test_task_cost_reads_the_launch_record_with_a_fake_clock(flow_home) -> None:
-    from flow_sdk import protocol, signing
-    from flow_sdk.protocol import Outcome
+    from flow_sdk import tasksecrets, wire
+    from flow_sdk.wire import signing
+    from flow_sdk.wire import Outcome
     from flow_sdk.providers.local import LocalProvider
     from flow_sdk.task import Task
 
     provider = LocalProvider()
-    signing.save_task_secret("priced-task", signing.new_secret())  # as launch_task does
+    tasksecrets.save_task_secret("priced-task", signing.new_secret())  # as launch_task does
     task = Task("priced-task", provider)
     assert task.cost_per_hour == 0.0 and task.cost_so_far(now=5_000.0) == 0.0  # not launched
-    task.store.put_record(protocol.launch_key("priced-task"), _launch([12.5] * 2))
+    task.store.put_record(wire.launch_key("priced-task"), _launch([12.5] * 2))
     assert task.cost_per_hour == pytest.approx(25.0)
     assert task.cost_so_far(now=1_000.0 + 7200) == pytest.approx(50.0, rel=0.01)  # running
-    task.store.put_record(protocol.outcome_key("priced-task"),
+    task.store.put_record(wire.outcome_key("priced-task"),
                           Outcome("SUCCEEDED", "done", finished_at=1_000.0 + 3600))
     assert task.cost_so_far(now=1_000.0 + 99_999) == pytest.approx(25.0, rel=0.01)  # final
     assert task.estimated_cost == pytest.approx(25.0, rel=0.01)

@@ -19,7 +19,7 @@ import pytest
 from flow_testing import agent_pid, processes_with_env, wait_until, worker_pids
 from flow_sdk import FlowApp, PayloadError, Task, TaskFailedError, TaskStatus, TaskTimedOutError
 from flow_sdk import payload as flow_payload
-from flow_sdk import protocol, signing
+from flow_sdk import tasksecrets, wire
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.rendezvous.kvstore import KVClient
 
@@ -232,7 +232,7 @@ def test_tampered_payload_is_refused_before_unpickling(
     digest = flow_payload.digest(blob)
     evil = flow_payload.dumps(_Touch(str(marker)))  # a valid envelope, other content
     provider = app.provider()
-    provider.store.put(protocol.payload_key(digest), evil)  # swapped in the store
+    provider.store.put(wire.payload_key(digest), evil)  # swapped in the store
     start = time.monotonic()
     with pytest.raises(TaskFailedError, match="does not match the digest"):
         innocent.remote()  # the node refuses it before any worker starts
@@ -267,7 +267,7 @@ def test_frozen_leader_at_the_start_barrier_fails_the_task_within_10_s(
     stopped = [late]
     try:
         peer = KVClient(nodes[0].address, task.record().rdzv_port,
-                        signing.load_task_secret(task.task_id), connect_timeout_s=60)
+                        tasksecrets.load_task_secret(task.task_id), connect_timeout_s=60)
         try:
             wait_until(lambda: peer.get("g0/start/count") == "2", 90,
                        "nodes 0 and 1 at the start barrier")

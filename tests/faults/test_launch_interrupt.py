@@ -36,8 +36,8 @@ from aws_moto_world import (  # noqa: E402
 from flow_testing import moto_server, processes_with_env  # noqa: E402
 from moto.ec2.models.instances import InstanceBackend  # noqa: E402
 
-from flow_sdk import protocol  # noqa: E402
-from flow_sdk.protocol import LaunchLease, Outcome  # noqa: E402
+from flow_sdk import wire  # noqa: E402
+from flow_sdk.wire import LaunchLease, Outcome  # noqa: E402
 from flow_sdk.providers.aws._resources import keys_dir  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -134,9 +134,9 @@ def test_sigint_mid_failover_leaves_nothing(aws: AwsWorld, ec2_faults: Ec2Faults
     assert sorted(i["InstanceId"] for i in aws.instances()
                   if i["State"]["Name"] == "terminated") >= sorted(ec2_faults.held)
     store = aws.provider().store
-    raw_lease = store.get(protocol.launch_lease_key(task_id))
+    raw_lease = store.get(wire.launch_lease_key(task_id))
     assert raw_lease is not None and LaunchLease.from_json(raw_lease).state == "rolled-back"
-    raw_outcome = store.get(protocol.outcome_key(task_id))
+    raw_outcome = store.get(wire.outcome_key(task_id))
     assert raw_outcome is not None
     outcome = Outcome.from_json(raw_outcome)
     assert outcome.status == "CANCELLED" and "KeyboardInterrupt" in outcome.message
@@ -163,7 +163,7 @@ def test_sigkill_mid_failover_is_reclaimed_by_flow_gc(aws: AwsWorld, ec2_faults:
     store = aws.provider().store
 
     def lease() -> LaunchLease:
-        raw = store.get(protocol.launch_lease_key(task_id))
+        raw = store.get(wire.launch_lease_key(task_id))
         assert raw is not None
         return LaunchLease.from_json(raw)
 

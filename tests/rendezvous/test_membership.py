@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.protocol import GangMember
+from flow_sdk.wire import GangMember
 from flow_sdk.rendezvous import assign_ranks, discover, from_record, worker_env
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from flow_testing import agent_pid, wait_until
-from flow_sdk import FlowApp, Task, TaskStatus, protocol, signing
+from flow_sdk import FlowApp, Task, TaskStatus, tasksecrets, wire
 from flow_sdk.rendezvous import kvwire
 from flow_sdk.rendezvous.kvstore import KVClient
 from flow_sdk.rendezvous.store import FailureReport
@@ -72,13 +72,13 @@ def test_forged_failure_done_and_lost_records_from_a_peer_without_the_secret_cha
     assert _send_unauthenticated(host, port, b"x" * (8 << 20))  # 8 MiB, no newline
     assert task.status is TaskStatus.RUNNING
     assert task.results(timeout=120) == [0, 1]
-    assert task.store.list(protocol.restarts_prefix(task.task_id)) == []
+    assert task.store.list(wire.restarts_prefix(task.task_id)) == []
 
 
 def test_malformed_records_and_an_oversize_line_leave_agents_and_server_running() -> None:
     task = hold.spawn(8.0)
     host, port = _leader_store(task)
-    secret = signing.load_task_secret(task.task_id)
+    secret = tasksecrets.load_task_secret(task.task_id)
     peer = KVClient(host, port, secret, connect_timeout_s=10)
     peer.set("g0/hb/1", "not a counter")
     peer.set("g0/done/1", "maybe")
@@ -118,7 +118,7 @@ def test_a_frozen_leader_fails_the_task_within_the_heartbeat_bound() -> None:
 def test_a_malformed_failure_report_fails_the_task_cleanly_without_crashing_an_agent() -> None:
     task = hold.spawn(300.0)
     host, port = _leader_store(task)
-    peer = KVClient(host, port, signing.load_task_secret(task.task_id), connect_timeout_s=10)
+    peer = KVClient(host, port, tasksecrets.load_task_secret(task.task_id), connect_timeout_s=10)
     peer.set("g0/fail/report/1", json.dumps({"node": 1, "status": "FAILED"}))  # fields missing
     peer.add("g0/fail/count", 1)
     peer.close()

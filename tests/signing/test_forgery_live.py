@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from flow_testing import agent_pid, wait_until
-from flow_sdk import FlowApp, payload, protocol, signing
+from flow_sdk import FlowApp, payload, tasksecrets, wire
+from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError
-from flow_sdk.protocol import BootConfig, TaskRecord, TaskStatus
+from flow_sdk.wire import BootConfig, TaskRecord, TaskStatus
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.spec import build_task_spec
@@ -56,7 +57,7 @@ def test_a_forged_result_is_refused_before_unpickling(tmp_path: Path) -> None:
     task = answer.spawn()
     assert task.result(timeout=120) == 42
     marker = tmp_path / "ran"
-    key = protocol.result_key(task.task_id, 0)
+    key = wire.result_key(task.task_id, 0)
     forged = payload.dumps(Evil(marker))
     other = signing.secret_from_hex(signing.new_secret())
     for blob in (forged, signing.seal_blob(other, key, forged)):
@@ -73,7 +74,7 @@ def test_a_forged_error_payload_is_refused_before_unpickling(tmp_path: Path) -> 
     outcome = task.outcome()
     assert outcome is not None and outcome.has_error_payload
     marker = tmp_path / "ran"
-    key = protocol.error_key(task.task_id, 0)
+    key = wire.error_key(task.task_id, 0)
     task.provider.store.put(key, payload.dumps(Evil(marker)))
     with pytest.raises(SignatureError, match=key):
         task.result(timeout=5)
@@ -87,17 +88,17 @@ def _launch_by_hand(provider: LocalProvider, blob: bytes, stored_blob: bytes,
     spec = build_task_spec(app="forgery", name="answer", provider="local", num_instances=1)
     task_id = f"forged-{time.time_ns()}"
     secret = signing.new_secret()
-    signing.save_task_secret(task_id, secret)
+    tasksecrets.save_task_secret(task_id, secret)
     save_client_record(task_id, provider, {"app": "forgery", "name": "answer"})
     digest = payload.digest(blob)
-    provider.store.put(protocol.payload_key(digest), stored_blob)
+    provider.store.put(wire.payload_key(digest), stored_blob)
     rdzv, master = provider.rendezvous_ports()
     record = TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), rdzv, master)
-    key = protocol.task_key(task_id)
+    key = wire.task_key(task_id)
     fields = json.loads(signing.seal_record(bytes.fromhex(secret), key, record.__dict__))
     provider.store.put(key, json.dumps({**fields, **(rewrite or {})}).encode())
     boot = BootConfig(task_id, "local", provider.config(), secret=secret)
-    provider.launch(LaunchRequest(task_id, spec, boot.to_env()))
+    provider.launch(LaunchRequest(task_id, spec, boot))
     return Task(task_id, provider)
 
 
@@ -114,7 +115,7 @@ def test_a_rewritten_payload_is_refused_by_the_node(tmp_path: Path) -> None:
     blob = payload.pack_call(answer.fn, (), {})
     task = _launch_by_hand(LocalProvider(), blob, payload.pack_call(Path.touch, (marker,), {}))
     message = _refused(task, marker)
-    assert protocol.payload_key(payload.digest(blob)) in message
+    assert wire.payload_key(payload.digest(blob)) in message
     assert "SHA-256 does not match" in message
 
 
@@ -122,11 +123,11 @@ def test_a_rewritten_task_record_is_refused_by_the_node(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     provider = LocalProvider()
     evil = payload.pack_call(Path.touch, (marker,), {})
-    provider.store.put(protocol.payload_key(payload.digest(evil)), evil)
+    provider.store.put(wire.payload_key(payload.digest(evil)), evil)
     blob = payload.pack_call(answer.fn, (), {})
     task = _launch_by_hand(provider, blob, blob, {"payload_digest": payload.digest(evil)})
     message = _refused(task, marker)
-    assert protocol.task_key(task.task_id) in message and "MAC does not match" in message
+    assert wire.task_key(task.task_id) in message and "MAC does not match" in message
 
 
 @app.function(num_instances=2, max_restarts=1)
@@ -149,14 +150,14 @@ def test_a_replacement_node_refuses_a_rewritten_record_or_payload(tmp_path: Path
     evil = payload.pack_call(Path.touch, (marker,), {})
     store = task.provider.store
     if what == "record":  # another digest, the MAC kept
-        store.put(protocol.payload_key(payload.digest(evil)), evil)
-        key = protocol.task_key(task.task_id)
+        store.put(wire.payload_key(payload.digest(evil)), evil)
+        key = wire.task_key(task.task_id)
         raw = store.get(key)
         assert raw is not None
         store.put(key, json.dumps({**json.loads(raw),
                                    "payload_digest": payload.digest(evil)}).encode())
     else:  # other bytes under the signed digest
-        key = protocol.payload_key(task.record().payload_digest)
+        key = wire.payload_key(task.record().payload_digest)
         store.put(key, evil)
     provider = task.provider
     assert isinstance(provider, LocalProvider)

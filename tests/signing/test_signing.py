@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import signing
+from flow_sdk import tasksecrets
+from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError, TaskSecretError
 from flow_sdk.providers.local import FileObjectStore
 
@@ -83,16 +84,16 @@ def test_signed_store_round_trip_on_a_real_file_store(tmp_path: Path) -> None:
 
 def test_the_client_keeps_the_secret_in_a_private_file(flow_home: Path) -> None:
     secret = signing.new_secret()
-    signing.save_task_secret("t-1", secret)
+    tasksecrets.save_task_secret("t-1", secret)
     path = flow_home / "secrets" / "t-1.key"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert signing.load_task_secret("t-1") == bytes.fromhex(secret)
+    assert tasksecrets.load_task_secret("t-1") == bytes.fromhex(secret)
     with pytest.raises(TaskSecretError, match="no secret for task 't-2'"):
-        signing.load_task_secret("t-2")
+        tasksecrets.load_task_secret("t-2")
     path.write_text("short")
     with pytest.raises(TaskSecretError, match="64 lowercase hex digits"):
-        signing.load_task_secret("t-1")
+        tasksecrets.load_task_secret("t-1")
 
 
 def test_local_store_files_are_private(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_a_mount_over_what_the_node_runs_from_is_never_literal(tmp_path: Path) -
 def test_caches_of_ended_tasks_are_collected(flow_home: Path) -> None:
     import fcntl
 
-    from flow_sdk import protocol
+    from flow_sdk import wire
     from flow_sdk.volumes import gc_mount_caches
     from flow_sdk.volumes.s3mount import set_writable
 
@@ -67,7 +67,7 @@ def test_caches_of_ended_tasks_are_collected(flow_home: Path) -> None:
         (files / "f").write_text("x")
         set_writable(root / task / "0123" / "files", False)  # as a finished mount leaves it
     for task in ("ended", "ended-but-held"):
-        provider.store.put(protocol.outcome_key(task), b"{}")
+        provider.store.put(wire.outcome_key(task), b"{}")
     with open(root / ".ended-but-held.users", "a+") as holder:
         fcntl.flock(holder, fcntl.LOCK_SH)  # a node of that task still uses its cache
         assert gc_mount_caches(provider) == 1

@@ -17,7 +17,7 @@ import time
 from types import FrameType
 
 from flow_sdk.errors import FlowError
-from flow_sdk.protocol import BootConfig
+from flow_sdk.wire import BootConfig, node_boot
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LogRecord, LogWriter, boot_stream
 
@@ -32,7 +32,7 @@ def _writer(boot: BootConfig, instance_id: str) -> LogWriter | None:
 
 
 def main() -> int:
-    boot, instance_id, _address = BootConfig.from_env()
+    boot, instance_id, _address = node_boot()
     writer = _writer(boot, instance_id)
     agent = subprocess.Popen([sys.executable, "-m", "flow_sdk.agent"], stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -133,7 +133,7 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
         mounts_sh = nodes.volumes.provision(ctx, spec, candidate.zone, subnet_id,
                                             security_group)
         boot = boots[number] = nodes.render_user_data(
-            spec, task_id, candidate.offer.region, number, request.boot_env,
+            spec, task_id, candidate.offer.region, number, request.boot,
             spec.max_run_time_hours, code, volume_mounts=mounts_sh)
         return AttemptPlan(
             task_id=task_id, spec=spec, offer=candidate.offer, zone=candidate.zone,

@@ -17,9 +17,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import ProviderError, RecordError
-from flow_sdk.protocol import LaunchLease, TaskRecord
+from flow_sdk.wire import LaunchLease, TaskRecord
 from flow_sdk.providers.aws._iam import task_roles
 from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import (
@@ -38,13 +38,13 @@ def task_verdict(store: ObjectStore, task_id: str, now: float) -> str | None:
     """None while the task is live, else why its resources may go."""
     if not task_id:
         return "carries an empty task id"
-    raw = store.get(protocol.task_key(task_id))
+    raw = store.get(wire.task_key(task_id))
     if raw is None:
         return "no task record in the store"
-    outcome = store.get(protocol.outcome_key(task_id))
+    outcome = store.get(wire.outcome_key(task_id))
     if outcome is not None:
-        return f"task ended {protocol.Outcome.from_json(outcome).status}"
-    launch = _launch_verdict(store.get(protocol.launch_lease_key(task_id)), now)
+        return f"task ended {wire.Outcome.from_json(outcome).status}"
+    launch = _launch_verdict(store.get(wire.launch_lease_key(task_id)), now)
     if launch is not None:
         return launch
     record = TaskRecord.from_json(raw)

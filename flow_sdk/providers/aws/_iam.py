@@ -53,7 +53,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message, tolerating
 from flow_sdk.providers.aws._resources import NODE_ROLE, TAG_STORE, TAG_TASK
@@ -159,10 +159,10 @@ def task_policy(access: TaskAccess, role_arn: str, pins: LaunchPins | None = Non
     when ``access.replacements`` and the gang has landed (``pins``)."""
     bucket, owner = access.bucket, access.bucket_owner
     store = f"arn:aws:s3:::{bucket}/{access.prefix}"
-    folder = access.prefix + protocol.task_prefix(access.task_id)
+    folder = access.prefix + wire.task_prefix(access.task_id)
     shared = [store + access.code_key]
     if access.payload_digest is not None:
-        shared.append(store + protocol.payload_key(access.payload_digest))
+        shared.append(store + wire.payload_key(access.payload_digest))
     group = f"arn:aws:logs:{access.region}:*:log-group:{access.log_group}"
     statements: list[dict[str, Any]] = [
         _owned({"Sid": "TaskObjects", "Effect": "Allow",

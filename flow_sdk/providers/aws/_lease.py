@@ -12,9 +12,9 @@ import time
 
 from botocore.exceptions import BotoCoreError
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import ProviderError
-from flow_sdk.protocol import LaunchLease
+from flow_sdk.wire import LaunchLease
 from flow_sdk.providers.base import ObjectStore
 
 TTL_S = 120.0  # a launching lease not renewed for this long belongs to a dead client
@@ -27,7 +27,7 @@ class LeaseKeeper:
 
     def __init__(self, store: ObjectStore, task_id: str) -> None:
         self._store = store
-        self._key = protocol.launch_lease_key(task_id)
+        self._key = wire.launch_lease_key(task_id)
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         self._ttl_s = TTL_S
         self._stop = threading.Event()
@@ -40,7 +40,7 @@ class LeaseKeeper:
 
     def _write(self, state: str) -> None:
         lease = LaunchLease(state, time.time(), self._ttl_s, self._holder)
-        self._store.put(self._key, protocol.to_json(lease))
+        self._store.put(self._key, wire.to_json(lease))
 
     def _renew(self) -> None:
         while not self._stop.wait(RENEW_S):

@@ -15,12 +15,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from flow_sdk import protocol, sdkwheel
+from flow_sdk import sdkwheel, wire
 from flow_sdk.errors import ProviderError
-from flow_sdk.protocol import TaskRecord
+from flow_sdk.wire import BootConfig, TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._clients import Clients
 from flow_sdk.providers.aws._config import AwsConfig, CodeRef
+from flow_sdk.providers.aws._credentials import reject_credentials
 from flow_sdk.providers.aws._iam import (
     LaunchPins,
     TaskAccess,
@@ -73,7 +74,7 @@ class AwsNodes:
     def task_access(self, task_id: str, spec: TaskSpec, code: CodeRef) -> TaskAccess:
         """What the task's nodes may reach (``_iam``): its payload is the one its task
         record (written before the launch) names."""
-        raw = self.store.get(protocol.task_key(task_id))
+        raw = self.store.get(wire.task_key(task_id))
         return TaskAccess(
             task_id=task_id, bucket=self.bucket_name(), prefix=self.cfg.prefix,
             store_tag=self.store_tag, region=self.cfg.region,
@@ -122,12 +123,12 @@ class AwsNodes:
         if self.cfg.code is not None:
             return self.cfg.code
         wheel = sdkwheel.build()
-        key = protocol.code_key(wheel.sha256)
+        key = wire.code_key(wheel.sha256)
         self.store.put_if_absent(key, wheel.data)
         return CodeRef(key, wheel.sha256, wheel.filename, wheel.python)
 
     def render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
-                         boot_env: Mapping[str, str], max_run_time_hours: float | None,
+                         boot: BootConfig, max_run_time_hours: float | None,
                          code: CodeRef, *, bucket: str | None = None,
                          bucket_owner: str | None = None, volume_mounts: str = ""
                          ) -> NodeBoot:
@@ -135,7 +136,8 @@ class AwsNodes:
         they install ``code``; ``volume_mounts`` are the bash lines that mount the task's
         volumes (``AwsVolumes.provision``). ``bucket`` and ``bucket_owner`` stand in for the
         provider's own (``check`` sizes the script without asking STS). The nodes' provider
-        config carries the node runtime's own keys as they are."""
+        config carries the node runtime's own keys as they are; it replaces the client's in
+        ``boot``."""
         cfg = self.cfg
         node_config = cfg.for_node(task_id, region, attempt, code).to_dict()
         if bucket is None:
@@ -147,7 +149,7 @@ class AwsNodes:
             raise ProviderError(f"the node runtime's config keys {clash} clash with the aws "
                                 "provider's own; give the runtime keys of its own")
         node_config.update(runtime_keys)
-        boot_json = _userdata.node_boot_env(boot_env, node_config)
+        reject_credentials(node_config)
         fetch = _userdata.NodeCode(
             url=f"s3://{bucket}/{cfg.prefix}{code.key}", sha256=code.sha256,
             filename=code.filename, python=code.python, region=cfg.region,
@@ -155,7 +157,7 @@ class AwsNodes:
             log_retention_days=cfg.log_retention_days,
             boot_timeout_s=math.ceil(spec.boot_timeout_s), bucket_owner=bucket_owner)
         inputs = _userdata.BootstrapInputs(
-            boot_json, fetch, spec.image, spec.gpu is not None,
+            boot.with_provider_config(node_config), fetch, spec.image, spec.gpu is not None,
             _userdata.interconnect_of(spec.internode_interconnect),
             _userdata.mount_paths(spec.volumes, spec.mounts), max_run_time_hours, volume_mounts)
         return NodeBoot(task_id, region, attempt, spec, inputs, _userdata.render(inputs))
@@ -172,7 +174,7 @@ class AwsNodes:
         if cached is not None:
             return cached
         regions = self.cfg.launch_regions
-        raw = self.store.get(protocol.task_key(task_id))
+        raw = self.store.get(wire.task_key(task_id))
         if raw is not None:
             spec = TaskRecord.from_json(raw).spec
             if spec.get("region"):

@@ -9,7 +9,6 @@ default).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
@@ -27,7 +26,7 @@ from flow_sdk.catalog import (
     UnknownRegionError,
     plan_offers,
 )
-from flow_sdk import protocol, sdkwheel
+from flow_sdk import sdkwheel, wire
 from flow_sdk.errors import FieldProblem, ProviderError, VolumeError
 from flow_sdk.providers.aws import _gang, _gc, _replace, _ssh, _teardown
 from flow_sdk.providers.aws._clients import Clients
@@ -63,7 +62,7 @@ from flow_sdk.spec import TaskSpec
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 _SAMPLE_TASK_ID = "t" * 64  # longer than any task id: check() sizes the user-data with it
 # check() sizes the user-data with this stand-in for the SDK wheel (as long as a real one)
-_SAMPLE_CODE = CodeRef(protocol.code_key("0" * 64), "0" * 64,
+_SAMPLE_CODE = CodeRef(wire.code_key("0" * 64), "0" * 64,
                        sdkwheel.wheel_name("0.0.0.dev0+" + "0" * 16), "3.12")
 
 
@@ -184,8 +183,7 @@ class AwsProvider(Provider):
             try:
                 self.nodes.render_user_data(
                     spec, _SAMPLE_TASK_ID, self.cfg.region, self.cfg.max_launch_attempts,
-                    {"FLOW_BOOT": json.dumps({"task_id": _SAMPLE_TASK_ID,
-                                              "provider": self.name})},
+                    wire.BootConfig(_SAMPLE_TASK_ID, self.name, {}, secret="0" * 64),
                     spec.max_run_time_hours, _SAMPLE_CODE, bucket=self._bucket or "b" * 63,
                     bucket_owner=self._owner or "0" * 12,
                     volume_mounts=sample_mounts(spec))

@@ -17,10 +17,10 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.catalog import MARKETS, Market, Offer, load_catalog, markets_for_priority
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.protocol import TaskRecord
+from flow_sdk.wire import TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._launch import AttemptPlan, Try, failover, format_attempts
 from flow_sdk.providers.aws._nodes import AwsNodes
@@ -44,7 +44,7 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
     profile = template["IamInstanceProfile"]["Arn"]
     gang_subnet, security_group = network_of(template)
     hours = _remaining_hours(nodes, task_id, spec)
-    boot = nodes.render_user_data(spec, task_id, region, attempt, request.boot_env, hours,
+    boot = nodes.render_user_data(spec, task_id, region, attempt, request.boot, hours,
                                   nodes.ship_code(),
                                   volume_mounts=nodes.volumes.remount(task_id, spec, region))
     efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
@@ -126,7 +126,7 @@ def _remaining_hours(nodes: AwsNodes, task_id: str, spec: TaskSpec) -> float | N
     cap = spec.max_run_time_hours
     if cap is None:
         return None
-    raw = nodes.store.get(protocol.task_key(task_id))
+    raw = nodes.store.get(wire.task_key(task_id))
     if raw is None:
         return cap
     left = cap - (time.time() - TaskRecord.from_json(raw).created_at) / 3600.0

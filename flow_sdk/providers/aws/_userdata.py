@@ -6,7 +6,6 @@ The rendered script must stay under EC2's 16 KB user-data limit (counted before 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -16,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from flow_sdk.errors import ProviderError
-from flow_sdk.providers.aws._credentials import reject_credentials
+from flow_sdk.wire import BootConfig
 
 TEMPLATE_NAME = "bootstrap.sh.tmpl"
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64
@@ -44,7 +43,7 @@ class NodeCode:
 class BootstrapInputs:
     """What the bootstrap needs to know about a task's nodes."""
 
-    boot_json: str  # FLOW_BOOT for the agent: task id, provider name, provider config
+    boot: BootConfig  # what the agent starts with: its encoding becomes FLOW_BOOT as is
     code: NodeCode
     image: str | None  # run the agent inside this container image
     gpus: bool  # pass the GPUs into the container
@@ -58,29 +57,13 @@ def template() -> str:
     return resources.files("flow_sdk.providers.aws").joinpath(TEMPLATE_NAME).read_text("utf-8")
 
 
-def node_boot_env(boot_env: Mapping[str, str], node_config: Mapping[str, Any]) -> str:
-    """``FLOW_BOOT`` for the nodes of one gang: the client's, with the node provider config."""
-    extra = sorted(set(boot_env) - {"FLOW_BOOT"})
-    if extra:
-        raise ProviderError(f"the aws bootstrap carries FLOW_BOOT only, but the launch request "
-                            f"also sets {extra}; put such settings in the boot config")
-    try:
-        data = json.loads(boot_env["FLOW_BOOT"])
-    except (KeyError, ValueError) as exc:
-        raise ProviderError(f"the launch request carries no valid FLOW_BOOT ({exc}); launch "
-                            "tasks through FlowApp / launch_task") from exc
-    reject_credentials(node_config)
-    data["provider_config"] = dict(node_config)
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
 def render(inputs: BootstrapInputs) -> str:
     """The user-data script; raises ProviderError when it would exceed EC2's limit."""
     shutdown = 0
     if inputs.max_run_time_hours is not None:
         shutdown = math.ceil(inputs.max_run_time_hours * 60) + SHUTDOWN_GRACE_MINUTES
     values = {
-        "BOOT_JSON": shlex.quote(inputs.boot_json),
+        "BOOT_JSON": shlex.quote(inputs.boot.encode()),
         "CODE_URL": shlex.quote(inputs.code.url),
         "BUCKET_OWNER": ("" if inputs.code.bucket_owner is None else
                          "--expected-bucket-owner " + shlex.quote(inputs.code.bucket_owner)),

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flow_sdk import procs, protocol
+from flow_sdk import procs, wire
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.local import _keeper
 
@@ -28,14 +28,22 @@ def reap() -> None:
             del _children[pid]
 
 
+def _boot_file(boot: wire.BootConfig, path: Path) -> Path:
+    """A new 0600 file at ``path`` holding the encoded boot configuration: it carries the
+    task's secret, which stays out of argv and environment dumps."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(boot.encode())
+    return path
+
+
 def node_env(request: LaunchRequest, instance_id: str, address: str, workdir: Path,
              gpus: str) -> dict[str, str]:
     """The environment of the node's agent and keeper; writes the boot file into ``workdir``."""
     env = dict(os.environ)
-    env.update(request.boot_env)
-    protocol.boot_env_to_file(env, workdir / "boot.json")  # it holds the task's secret
+    env[wire.BOOT_FILE_ENV] = str(_boot_file(request.boot, workdir / "boot.json"))
     env[_keeper.INSTANCE_ENV] = instance_id
-    env["FLOW_NODE_ADDRESS"] = address
+    env[wire.ADDRESS_ENV] = address
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH"))
                                         if p)
     env["CUDA_VISIBLE_DEVICES"] = gpus
@@ -80,7 +88,7 @@ def keeper_alive(record: Mapping[str, Any]) -> bool:
 
 
 def _worker_pgids(workdir: Path) -> list[int]:
-    pids_file = workdir / protocol.WORKER_PGIDS_FILE
+    pids_file = workdir / procs.WORKER_PGIDS_FILE
     return [int(p) for p in pids_file.read_text().split()] if pids_file.exists() else []
 
 

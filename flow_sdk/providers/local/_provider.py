@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from flow_sdk import procs, protocol
+from flow_sdk import procs, wire
 from flow_sdk._config import flow_home
 from flow_sdk.errors import FieldProblem, ProviderError
-from flow_sdk.protocol import Outcome
+from flow_sdk.wire import Outcome
 from flow_sdk.providers.base import (
     GcReport,
     Instance,
@@ -209,8 +209,8 @@ class LocalProvider(Provider):
         sshd_argv, ssh_fields = _sshd.configure(server, python=sys.executable,
                                                 accepted=self._sshd_ok, session={
             "workdir": str(workdir), "env": env, "task_id": task_id, "instance_id": instance_id,
-            "nodes_dir": str(self._store.root / protocol.nodes_prefix(task_id)),
-            "task_file": str(self._store.root / protocol.task_key(task_id))})
+            "nodes_dir": str(self._store.root / wire.nodes_prefix(task_id)),
+            "task_file": str(self._store.root / wire.task_key(task_id))})
         record: dict[str, Any] = {"instance_id": instance_id, "task_id": task_id,
                                   "address": address, "workdir": str(workdir),
                                   "terminated": False, **ssh_fields}
@@ -304,7 +304,7 @@ class LocalProvider(Provider):
     def _ended_why(self, task_id: str, records: list[dict[str, Any]]) -> str | None:
         """Why the task's leftovers may go (an outcome is written, or no agent runs), or None
         while it lives."""
-        outcome = self._store.get(protocol.outcome_key(task_id))
+        outcome = self._store.get(wire.outcome_key(task_id))
         if outcome is not None:
             return f"task ended {Outcome.from_json(outcome).status}"
         if not any(_node.agent_alive(r) for r in records):

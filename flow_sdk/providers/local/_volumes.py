@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import VolumeError, VolumeInUseError
 from flow_sdk.providers.base import Log, NodeMount, Provider, VolumeInfo, Volumes
 from flow_sdk.spec import TaskSpec, VolumeSpec
@@ -193,7 +193,7 @@ def running_tasks_using(provider: Provider, name: str) -> tuple[str, ...]:
         if not key.endswith("/task.json"):
             continue
         task_id = key.split("/")[1]
-        if provider.store.exists(protocol.outcome_key(task_id)):
+        if provider.store.exists(wire.outcome_key(task_id)):
             continue
         raw = provider.store.get(key)
         if raw is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
-import json
 import re
 import shlex
 import socket
@@ -40,8 +39,8 @@ from moto.s3.models import s3_backends
 from moto.s3.responses import S3Response
 from werkzeug.exceptions import HTTPException
 
-from flow_sdk import protocol, sdkwheel
-from flow_sdk.protocol import BootConfig, TaskRecord
+from flow_sdk import sdkwheel, wire
+from flow_sdk.wire import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
 from flow_sdk.providers.aws._resources import TAG_ATTEMPT, tag_value
@@ -53,7 +52,7 @@ from flow_sdk.spec import TaskSpec, build_task_spec
 
 # Where a rendered bootstrap fetches its SDK wheel (user-data tests render with this).
 NODE_CODE = _userdata.NodeCode(
-    url=f"s3://flow-test-bucket/flow/{protocol.code_key('ab' * 32)}", sha256="ab" * 32,
+    url=f"s3://flow-test-bucket/flow/{wire.code_key('ab' * 32)}", sha256="ab" * 32,
     filename=sdkwheel.wheel_name("0.1.0"), python=sdkwheel.python_version(),
     region="us-east-1", log_group="/flow/t-1", log_retention_days=30, boot_timeout_s=1200)
 
@@ -464,10 +463,10 @@ def launch(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *, record: 
            created_at: float | None = None) -> list[Instance]:
     """Launch like FlowApp does: the task record first (unless ``record`` is off), the gang."""
     if record:
-        provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
+        provider.store.put(wire.task_key(task_id), wire.to_json(TaskRecord(
             task_id, task_spec.model_dump(mode="json"), "0" * 64,
             time.time() if created_at is None else created_at, 29400, 29500)))
-    boot = BootConfig(task_id, "aws", provider.config()).to_env()
+    boot = BootConfig(task_id, "aws", provider.config())
     return provider.launch(LaunchRequest(task_id, task_spec, boot))
 
 
@@ -483,21 +482,20 @@ def node_config_of(provider: AwsProvider, instance_id: str, region: str) -> dict
     recorded = provider.clients.get("ec2", region).describe_instance_attribute(
         InstanceId=instance_id, Attribute="userData")
     script = base64.b64decode(recorded["UserData"]["Value"]).decode("utf-8")
-    boot: dict[str, Any] = json.loads(boot_json_of(script))
-    return dict(boot["provider_config"])
+    return dict(boot_of(script).provider_config)
 
 
 _BOOT_LINE_RE = re.compile(r"^FLOW_BOOT_JSON=(.*)$", re.MULTILINE)
 
 
-def boot_json_of(script: str) -> str:
-    """The ``FLOW_BOOT`` value a rendered user-data script starts the agent with (tests read
+def boot_of(script: str) -> BootConfig:
+    """The boot configuration a rendered user-data script starts the agent with (tests read
     what a launch sent; the library never parses its own script back)."""
     match = _BOOT_LINE_RE.search(script)
     assert match is not None, "the user-data has no FLOW_BOOT_JSON line"
     words = shlex.split(match.group(1))
     assert len(words) == 1, "FLOW_BOOT_JSON is not a single shell word"
-    return words[0]
+    return BootConfig.decode(words[0])
 
 
 # -- the simulated cloud's nodes, as tests look at them ------------------------------------

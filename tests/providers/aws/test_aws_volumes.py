@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from aws_moto_world import AwsWorld, Ec2Faults, launch_ids, node_config_of, spec
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.protocol import BootConfig, Outcome
+from flow_sdk.wire import BootConfig, Outcome
 from flow_sdk.providers.aws._iam import TASK_POLICY_NAME, role_name
 from flow_sdk.providers.aws._userdata import USER_DATA_LIMIT
 from flow_sdk.providers.base import LaunchRequest
@@ -132,7 +132,7 @@ def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
                                           volumes={"/scratch": {"name": "scratch", "size_gb": 10,
                                                                 "interface": "block"}}))
     for task in ("vol-gc-1", "vol-gc-2"):
-        provider.store.put_if_absent(protocol.outcome_key(task), protocol.to_json(
+        provider.store.put_if_absent(wire.outcome_key(task), wire.to_json(
             Outcome("SUCCEEDED", "done", time.time())))
     report = provider.gc()
     assert len(report.terminated_instances) == 2
@@ -164,7 +164,7 @@ def test_replacement_node_mounts_the_gangs_file_volume_in_its_zone(aws: AwsWorld
     ids = launch_ids(provider, "vol-rep-1", task_spec)
     gang_zone = instance(aws, ids[0])["Placement"]["AvailabilityZone"]
     node = aws.provider(**node_config_of(provider, ids[0], "us-east-1"))
-    boot = BootConfig("vol-rep-1", "aws", node.config()).to_env()
+    boot = BootConfig("vol-rep-1", "aws", node.config())
     [added] = node.add_instances(LaunchRequest("vol-rep-1", task_spec, boot), 1)
     fs_id = aws.client("efs").describe_file_systems(CreationToken="ckpt")["FileSystems"][0][
         "FileSystemId"]
@@ -181,7 +181,7 @@ def test_block_volume_task_is_not_replaced(aws: AwsWorld) -> None:
                                            "interface": "block"}})
     [node_id] = launch_ids(provider, "vol-rep-2", task_spec)
     node = aws.provider(**node_config_of(provider, node_id, "us-east-1"))
-    boot = BootConfig("vol-rep-2", "aws", node.config()).to_env()
+    boot = BootConfig("vol-rep-2", "aws", node.config())
     with pytest.raises(ProviderError, match="block volume"):
         node.add_instances(LaunchRequest("vol-rep-2", task_spec, boot), 1)
     provider.terminate("vol-rep-2")

@@ -17,12 +17,13 @@ from aws_moto_world import NODE_CODE
 
 from flow_sdk import sdkwheel
 from flow_sdk.providers.aws import _userdata
+from flow_sdk.wire import BootConfig
 from flow_sdk.procs import pids_with_env, stop_pids
 
 
 def _script(**code: str) -> str:
     return _userdata.render(_userdata.BootstrapInputs(
-        boot_json='{"task_id":"t-1"}', code=dataclasses.replace(NODE_CODE, **code),
+        boot=BootConfig("t-1", "aws", {}), code=dataclasses.replace(NODE_CODE, **code),
         image=None, gpus=False, interconnect="ethernet", mount_paths=(),
         max_run_time_hours=None))
 

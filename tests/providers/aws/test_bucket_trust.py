@@ -10,7 +10,6 @@ AccessDenied when another account owns the bucket), for requests from any proces
 from __future__ import annotations
 
 import base64
-import json
 import time
 from typing import Any
 
@@ -22,15 +21,16 @@ from aws_moto_world import (
     AwsWorld,
     Recorder,
     S3Wire,
-    boot_json_of,
+    boot_of,
     launch_ids,
     spec,
 )
 from flow_testing import wait_until
 
-from flow_sdk import FlowApp, TaskStatus, protocol, signing
+from flow_sdk import FlowApp, TaskStatus, tasksecrets, wire
+from flow_sdk.wire import signing
 from flow_sdk.errors import ProviderError
-from flow_sdk.protocol import Outcome, TaskRecord
+from flow_sdk.wire import Outcome, TaskRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._lifecycle import rule_ids
 from flow_sdk.providers.objects_gc import remove_finished_tasks
@@ -129,7 +129,7 @@ def test_the_nodes_boot_with_the_owner_and_fetch_the_wheel_with_it(aws: AwsWorld
     [node] = launch_ids(provider, "own-1", spec(num_instances=1, priority="high"))
     raw = aws.client("ec2").describe_instance_attribute(InstanceId=node, Attribute="userData")
     script = base64.b64decode(raw["UserData"]["Value"]).decode()
-    config = json.loads(boot_json_of(script))["provider_config"]
+    config = dict(boot_of(script).provider_config)
     assert (config["bucket"], config["bucket_owner"]) == (DEFAULT_BUCKET, ACCOUNT)
     [fetch] = [line for line in script.splitlines()
                if "--expected-bucket-owner" in line and not line.startswith("#")]
@@ -144,7 +144,7 @@ def test_a_default_bucket_owned_by_another_account_is_refused(aws: AwsWorld) -> 
     squatter.create_bucket(Bucket=DEFAULT_BUCKET)  # before the caller ever used flow
     provider, calls = hooked_provider(aws, bucket=None)
     with pytest.raises(ProviderError, match=f"not owned by account {ACCOUNT}") as refused:
-        provider.store.put(protocol.task_key("t-1"), b"{}")
+        provider.store.put(wire.task_key("t-1"), b"{}")
     assert "bucket of your own" in str(refused.value)
     assert [name for name, _ in calls.calls] == ["HeadBucket"]  # refused at the first request
     assert squatter.list_objects_v2(Bucket=DEFAULT_BUCKET).get("KeyCount") == 0
@@ -153,7 +153,7 @@ def test_a_default_bucket_owned_by_another_account_is_refused(aws: AwsWorld) -> 
         bucket=DEFAULT_BUCKET, bucket_owner=ACCOUNT,
         launch={"task_id": "t-1", "region": "us-east-1", "attempt": 1}))
     with pytest.raises(ProviderError, match="AccessDenied"):
-        node.store.put(protocol.result_key("t-1", 0), b"forged")
+        node.store.put(wire.result_key("t-1", 0), b"forged")
     assert squatter.list_objects_v2(Bucket=DEFAULT_BUCKET).get("KeyCount") == 0
 
 
@@ -183,7 +183,7 @@ def flow_rules(world: AwsWorld, bucket: str) -> list[dict[str, Any]]:
 
 def test_a_lifecycle_rule_expires_task_objects_after_first_use(aws: AwsWorld) -> None:
     provider = aws.provider(bucket=None)
-    provider.store.put(protocol.task_key("t-1"), b"{}")
+    provider.store.put(wire.task_key("t-1"), b"{}")
     [rule] = flow_rules(aws, DEFAULT_BUCKET)
     assert rule["ID"] == rule_ids("flow/")["tasks/"]
     assert rule["Filter"] == {"Prefix": "flow/tasks/"} and rule["Status"] == "Enabled"
@@ -234,16 +234,16 @@ DAY = 86400.0
 def _task(provider: AwsProvider, task_id: str, digest: str, *, finished_days_ago: float | None,
           now: float, secret: bytes | None = None) -> None:
     store = provider.store
-    store.put(protocol.payload_key(digest), b"payload " + digest.encode())
-    store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
+    store.put(wire.payload_key(digest), b"payload " + digest.encode())
+    store.put(wire.task_key(task_id), wire.to_json(TaskRecord(
         task_id, spec(num_instances=1).model_dump(mode="json"), digest, now - 40 * DAY,
         29400, 29500)))
-    store.put(protocol.result_key(task_id, 0), b"result")
+    store.put(wire.result_key(task_id, 0), b"result")
     if finished_days_ago is not None:
         outcome = Outcome("SUCCEEDED", "done", now - finished_days_ago * DAY)
-        key = protocol.outcome_key(task_id)
+        key = wire.outcome_key(task_id)
         if secret is None:
-            store.put(key, protocol.to_json(outcome))
+            store.put(key, wire.to_json(outcome))
         else:
             signing.SignedStore(store, secret).put_record(key, outcome)
 
@@ -270,10 +270,10 @@ def test_gc_older_than_removes_only_finished_tasks_objects_past_the_cutoff(
     assert "running" in report.kept["running"]
     left = store.list("")
     assert not any(k.startswith(("tasks/old-done/", "tasks/old-shared/")) for k in left)
-    assert protocol.payload_key("1" * 64) not in left
-    for key in (protocol.task_key("running"), protocol.result_key("running", 0),
-                protocol.payload_key("2" * 64), protocol.payload_key("3" * 64),
-                protocol.outcome_key("recent-done")):
+    assert wire.payload_key("1" * 64) not in left
+    for key in (wire.task_key("running"), wire.result_key("running", 0),
+                wire.payload_key("2" * 64), wire.payload_key("3" * 64),
+                wire.outcome_key("recent-done")):
         assert key in left, key
     # the bucket's own objects, listed directly: exactly what the store says is left
     listed = aws.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="flow/")["Contents"]
@@ -283,21 +283,21 @@ def test_gc_older_than_removes_only_finished_tasks_objects_past_the_cutoff(
 def test_gc_older_than_keeps_a_task_whose_outcome_is_forged(aws: AwsWorld) -> None:
     provider, now = aws.provider(), time.time()
     secret = bytes.fromhex(signing.new_secret())
-    signing.save_task_secret("victim", secret.hex())
+    tasksecrets.save_task_secret("victim", secret.hex())
     forger = bytes.fromhex(signing.new_secret())
     _task(provider, "victim", "4" * 64, finished_days_ago=30, now=now, secret=forger)
     _task(provider, "signed", "5" * 64, finished_days_ago=30, now=now, secret=secret)
-    signing.save_task_secret("signed", secret.hex())
+    tasksecrets.save_task_secret("signed", secret.hex())
     report = remove_finished_tasks(provider.store, DAY, now=now)
     assert report.removed_tasks == ["signed"]
     assert "not the task's own" in report.kept["victim"]
-    assert provider.store.get(protocol.result_key("victim", 0)) == b"result"
+    assert provider.store.get(wire.result_key("victim", 0)) == b"result"
 
 
 def test_gc_older_than_then_gc_reclaims_the_tasks_nodes(aws: AwsWorld) -> None:
     provider, now = aws.provider(), time.time()
     launch_ids(provider, "ended-1", spec(num_instances=1, priority="high"))
-    provider.store.put(protocol.outcome_key("ended-1"), protocol.to_json(
+    provider.store.put(wire.outcome_key("ended-1"), wire.to_json(
         Outcome("FAILED", "boom", now - 3 * DAY)))
     assert remove_finished_tasks(provider.store, DAY, now=now).removed_tasks == ["ended-1"]
     report = provider.gc()  # its record is gone: its instances and role go too

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 
 import pytest
-from aws_moto_world import BUCKET, AwsWorld, Recorder, boot_json_of, launch, spec
+from aws_moto_world import BUCKET, AwsWorld, Recorder, boot_of, launch, spec
 
-from flow_sdk import FlowApp, ValidationError, protocol, sdkwheel
+from flow_sdk import FlowApp, ValidationError, sdkwheel, wire
 from flow_sdk.errors import LaunchWarning, ProviderError
 from flow_sdk.providers.aws._config import DLAMI_PYTHON, AwsConfig
 
@@ -18,9 +17,8 @@ def test_launch_stores_the_wheel_by_digest_and_the_user_data_names_it(
     provider = aws.provider(recorder)
     launch(provider, "code-1", spec(priority="high"))
     [sent] = recorder.run_instances
-    code = json.loads(boot_json_of(sent["UserData"]))[
-        "provider_config"]["code"]
-    assert code["key"] == protocol.code_key(code["sha256"]) == f"code/{code['sha256']}.whl"
+    code = boot_of(sent["UserData"]).provider_config["code"]
+    assert code["key"] == wire.code_key(code["sha256"]) == f"code/{code['sha256']}.whl"
     assert code["python"] == sdkwheel.python_version()
     stored = aws.client("s3").get_object(Bucket=BUCKET, Key="flow/" + code["key"])
     data = stored["Body"].read()
@@ -74,7 +72,7 @@ def test_the_default_image_names_its_python_and_another_image_must(aws: AwsWorld
 
 
 def test_node_config_carries_the_code_and_refuses_a_malformed_one() -> None:
-    code = {"key": protocol.code_key("a" * 64), "sha256": "a" * 64,
+    code = {"key": wire.code_key("a" * 64), "sha256": "a" * 64,
             "filename": sdkwheel.wheel_name("0.1.0"), "python": "3.12"}
     cfg = AwsConfig.from_mapping({"region": "us-east-1", "code": code})
     assert AwsConfig.from_mapping(cfg.to_dict()).to_dict()["code"] == code

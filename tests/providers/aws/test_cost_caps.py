@@ -21,7 +21,7 @@ from flow_sdk import FlowApp, ValidationError
 from catalog_testing import cheapest_offers
 from flow_sdk.catalog import OfferNotFoundError, find_offers
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.protocol import BootConfig
+from flow_sdk.wire import BootConfig
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._launch import AttemptPlan, run_instances_request
 from flow_sdk.providers.base import LaunchRequest
@@ -29,7 +29,7 @@ from flow_sdk.spec import TaskSpec
 
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec) -> LaunchRequest:
-    return LaunchRequest(task_id, task_spec, BootConfig(task_id, "aws", world.config()).to_env())
+    return LaunchRequest(task_id, task_spec, BootConfig(task_id, "aws", world.config()))
 
 
 def sent_markets(recorder: Recorder) -> list[str]:
@@ -153,7 +153,7 @@ def test_med_does_not_fall_back_to_on_demand_above_the_cap(
 
 def _render(max_run_time_hours: float | None) -> str:
     return _userdata.render(_userdata.BootstrapInputs(
-        boot_json='{"task_id":"t-1"}', code=NODE_CODE, image=None, gpus=False,
+        boot=BootConfig("t-1", "aws", {}), code=NODE_CODE, image=None, gpus=False,
         interconnect="ethernet", mount_paths=(), max_run_time_hours=max_run_time_hours))
 
 

@@ -17,9 +17,9 @@ from aws_moto_world import (
     spec,
 )
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import FlowError, ProviderError
-from flow_sdk.protocol import Outcome
+from flow_sdk.wire import Outcome
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._resources import key_path, tags
@@ -27,7 +27,7 @@ from flow_sdk.sim import simulated_address
 
 
 def end(provider: AwsProvider, task_id: str) -> None:
-    provider.store.put_if_absent(protocol.outcome_key(task_id), protocol.to_json(
+    provider.store.put_if_absent(wire.outcome_key(task_id), wire.to_json(
         Outcome("SUCCEEDED", "every rank returned", time.time())))
 
 

@@ -7,7 +7,7 @@ import pytest
 from aws_moto_world import AwsWorld, Ec2Faults, Recorder, node_config_of, spec
 
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.protocol import BootConfig
+from flow_sdk.wire import BootConfig
 from flow_sdk.providers.aws._launch import TRANSIENT_RETRIES, client_token
 from flow_sdk.providers.aws._resources import key_path
 from flow_sdk.providers.base import LaunchRequest
@@ -16,7 +16,7 @@ from flow_sdk.spec import TaskSpec
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec) -> LaunchRequest:
     return LaunchRequest(task_id, task_spec,
-                         BootConfig(task_id, "aws", world.config()).to_env())
+                         BootConfig(task_id, "aws", world.config()))
 
 
 def zones(world: AwsWorld, region: str, instance_type: str) -> list[str]:

@@ -29,9 +29,9 @@ from aws_moto_world import (
 )
 from iam_eval import allowed, decide, like, run_instances_denials
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.protocol import BootConfig, Outcome, TaskRecord
+from flow_sdk.wire import BootConfig, Outcome, TaskRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._iam import (
     POLICY_LIMIT,
@@ -63,7 +63,7 @@ def role_arn(world: AwsWorld, provider: AwsProvider, task_id: str) -> str:
 
 def launch_with_record(provider: AwsProvider, task_id: str, task_spec: TaskSpec,
                        digest: str) -> list[str]:
-    provider.store.put(protocol.task_key(task_id), protocol.to_json(TaskRecord(
+    provider.store.put(wire.task_key(task_id), wire.to_json(TaskRecord(
         task_id, task_spec.model_dump(mode="json"), digest, time.time(), 29400, 29500)))
     return [i.instance_id for i in launch(provider, task_id, task_spec, record=False)]
 
@@ -87,7 +87,7 @@ def two_tasks(aws: AwsWorld, recorder: Recorder) -> dict[str, Any]:
     nodes = {task: launch_with_record(provider, task, task_spec, DIGEST[task])
              for task in (A, B)}
     node = aws.provider(recorder, **node_config_of(provider, nodes[A][0], "us-east-1"))
-    boot = BootConfig(A, "aws", node.config()).to_env()
+    boot = BootConfig(A, "aws", node.config())
     node.add_instances(LaunchRequest(A, task_spec, boot), 1)
     [replacement] = recorder.run_instances
     return {"provider": provider, "nodes": nodes, "replacement": replacement,
@@ -132,18 +132,18 @@ def test_a_node_of_task_a_reaches_its_own_objects_and_not_task_bs(
     provider: AwsProvider = two_tasks["provider"]
     policy = two_tasks["policy"][A]
     for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
-        for key in (protocol.result_key(A, 0), protocol.outcome_key(A),
-                    protocol.membership_key(A, 1), protocol.restart_key(A, 1)):
+        for key in (wire.result_key(A, 0), wire.outcome_key(A),
+                    wire.membership_key(A, 1), wire.restart_key(A, 1)):
             assert allowed(policy, action, obj(key)), (action, key)
         # B's results (forged), its record and membership (rewritten), its outcome (failed)
-        for key in (protocol.result_key(B, 0), protocol.error_key(B, 0), protocol.task_key(B),
-                    protocol.outcome_key(B), protocol.membership_key(B, 0),
-                    protocol.cancel_key(B), protocol.payload_key(DIGEST[B])):
+        for key in (wire.result_key(B, 0), wire.error_key(B, 0), wire.task_key(B),
+                    wire.outcome_key(B), wire.membership_key(B, 0),
+                    wire.cancel_key(B), wire.payload_key(DIGEST[B])):
             assert not allowed(policy, action, obj(key)), (action, key)
         assert not allowed(policy, action, f"arn:aws:s3:::other-bucket/flow/tasks/{A}/x")
     # read-only: its own payload and the SDK wheel, never rewritten
     wheel = provider.nodes.ship_code().key
-    for key in (protocol.payload_key(DIGEST[A]), wheel):
+    for key in (wire.payload_key(DIGEST[A]), wheel):
         assert allowed(policy, "s3:GetObject", obj(key))
         assert not allowed(policy, "s3:PutObject", obj(key))
         assert not allowed(policy, "s3:DeleteObject", obj(key))
@@ -155,8 +155,8 @@ def test_a_node_of_task_a_reaches_its_own_objects_and_not_task_bs(
         assert not allowed(policy, "s3:ListBucket", bucket, {"s3:prefix": prefix}), prefix
     assert not allowed(policy, "s3:ListBucket", bucket)
     # B's policy mirrors it
-    assert allowed(two_tasks["policy"][B], "s3:PutObject", obj(protocol.result_key(B, 0)))
-    assert not allowed(two_tasks["policy"][B], "s3:PutObject", obj(protocol.result_key(A, 0)))
+    assert allowed(two_tasks["policy"][B], "s3:PutObject", obj(wire.result_key(B, 0)))
+    assert not allowed(two_tasks["policy"][B], "s3:PutObject", obj(wire.result_key(A, 0)))
 
 
 def test_a_node_of_task_a_writes_its_own_log_group_only(two_tasks: dict[str, Any]) -> None:
@@ -302,7 +302,7 @@ def test_gc_removes_the_roles_and_mount_grants_of_ended_tasks_only(aws: AwsWorld
     mounts = {"/data": "s3://datasets/imagenet"}
     for task in ("gc-ended", "gc-live"):
         launch_ids(provider, task, spec(num_instances=1, priority="high", mounts=mounts))
-    provider.store.put_if_absent(protocol.outcome_key("gc-ended"), protocol.to_json(
+    provider.store.put_if_absent(wire.outcome_key("gc-ended"), wire.to_json(
         Outcome("SUCCEEDED", "done", time.time())))
     ended, live = (role_name(provider.store_tag, t) for t in ("gc-ended", "gc-live"))
     iam = aws.client("iam")
@@ -414,7 +414,7 @@ def test_a_user_named_instance_profile_is_used_as_is(aws: AwsWorld, recorder: Re
     [sent] = recorder.run_instances
     assert sent["IamInstanceProfile"] == {"Name": "my-profile"}
     assert not any(call.startswith("iam.") for call in recorder.calls)
-    provider.store.put_if_absent(protocol.outcome_key("own-1"), protocol.to_json(
+    provider.store.put_if_absent(wire.outcome_key("own-1"), wire.to_json(
         Outcome("SUCCEEDED", "done", time.time())))
     provider.gc()
     provider.terminate("own-1")

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from aws_moto_world import AwsWorld, Ec2Faults, launch, placement_groups, spec
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import CapacityError
-from flow_sdk.protocol import LaunchLease
+from flow_sdk.wire import LaunchLease
 from flow_sdk.providers.aws import AwsProvider, _gang
 from flow_sdk.providers.aws._interrupts import LaunchInterrupted
 from flow_sdk.providers.aws._resources import keys_dir
@@ -37,7 +37,7 @@ def leftovers(aws: AwsWorld) -> list[str]:
 
 
 def lease_of(provider: AwsProvider, task_id: str) -> LaunchLease:
-    raw = provider.store.get(protocol.launch_lease_key(task_id))
+    raw = provider.store.get(wire.launch_lease_key(task_id))
     assert raw is not None
     return LaunchLease.from_json(raw)
 
@@ -122,7 +122,7 @@ def test_a_launch_that_succeeds_closes_its_lease(aws: AwsWorld) -> None:
 
 def _put_lease(provider: AwsProvider, task_id: str, state: str, renewed_at: float,
                ttl_s: float = 120.0) -> None:
-    provider.store.put(protocol.launch_lease_key(task_id), protocol.to_json(
+    provider.store.put(wire.launch_lease_key(task_id), wire.to_json(
         LaunchLease(state, renewed_at, ttl_s, "laptop:4242")))
 
 
@@ -148,7 +148,7 @@ def test_gc_reclaims_a_launch_whose_client_stopped_renewing_its_lease(aws: AwsWo
     groups = {g["GroupName"] for g in aws.client("ec2").describe_security_groups()[
         "SecurityGroups"]}
     assert groups == {"default", "flow-lease-live"}
-    provider.store.put(protocol.launch_lease_key("lease-live"), b"{\"state\": ")  # malformed
+    provider.store.put(wire.launch_lease_key("lease-live"), b"{\"state\": ")  # malformed
     assert provider.gc().live_tasks == ["lease-live"]  # the other rules decide
     provider.terminate("lease-live")
 

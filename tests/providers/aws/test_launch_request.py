@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 import os
 import stat
 import subprocess
@@ -20,14 +19,14 @@ from aws_moto_world import (
     NODE_CODE,
     AwsWorld,
     Recorder,
-    boot_json_of,
+    boot_of,
     placement_groups,
     spec,
 )
 
 from flow_sdk.catalog import find_offers
 from flow_sdk.errors import ProviderError
-from flow_sdk.protocol import BootConfig
+from flow_sdk.wire import BootConfig
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._launch import (
     AttemptPlan,
@@ -43,7 +42,7 @@ from flow_sdk.spec import TaskSpec
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec, **config: Any
                 ) -> LaunchRequest:
-    boot = BootConfig(task_id, "aws", world.config(**config)).to_env()
+    boot = BootConfig(task_id, "aws", world.config(**config))
     return LaunchRequest(task_id, task_spec, boot)
 
 
@@ -129,8 +128,7 @@ def test_spot_without_a_cap_leaves_max_price_to_aws() -> None:
 
 def _render(**overrides: Any) -> str:
     inputs: dict[str, Any] = {
-        "boot_json": json.dumps({"task_id": "t-1", "provider": "aws",
-                                 "provider_config": {"region": "us-east-1"}}),
+        "boot": BootConfig("t-1", "aws", {"region": "us-east-1"}),
         "code": NODE_CODE, "image": None, "gpus": False,
         "interconnect": "ethernet", "mount_paths": (), "max_run_time_hours": None}
     inputs.update(overrides)
@@ -184,16 +182,14 @@ def test_oversized_user_data_is_refused_with_the_fix() -> None:
         _render(image="x" * 17000)
 
 
-def test_boot_config_round_trips_through_the_user_data_and_holds_no_credentials() -> None:
-    boot_env = BootConfig("t-1", "aws", {"region": "us-east-1"}).to_env()
-    node_config = {"region": "us-east-1", "bucket": "b", "launch": {"task_id": "t-1",
-                                                                    "region": "us-east-1",
-                                                                    "attempt": 2}}
-    boot_json = _userdata.node_boot_env(boot_env, node_config)
-    script = _render(boot_json=boot_json)
-    assert json.loads(boot_json_of(script))["provider_config"] == node_config
-    with pytest.raises(ProviderError, match="must not hold credentials"):
-        _userdata.node_boot_env(boot_env, {"aws_secret_access_key": "x"})
+def test_boot_config_round_trips_through_the_user_data_as_one_shell_word() -> None:
+    node_config = {"region": "us-east-1", "bucket": "b", "prefix": "it's $HOME `id` \\ \"q\"",
+                   "launch": {"task_id": "t-1", "region": "us-east-1", "attempt": 2}}
+    boot = BootConfig("t-1", "aws", {"region": "us-east-1"}, secret="0123456789abcdef" * 4
+                      ).with_provider_config(node_config)
+    script = _render(boot=boot)
+    assert boot_of(script) == boot
+    assert script.count(boot.secret) == 1  # carried once, as the encoded configuration
 
 
 def test_template_is_package_data() -> None:
@@ -244,8 +240,8 @@ def test_launch_as_recorded_by_moto(aws: AwsWorld, recorder: Recorder) -> None:
     assert user_data == sent["UserData"]
     assert "testing" not in user_data and "AWS_SECRET" not in user_data.upper().replace(
         "AWS_SECRET_ACCESS_KEY", "") and "aws_access_key" not in user_data.lower()
-    boot = json.loads(boot_json_of(user_data))
-    assert boot["provider_config"]["launch"] == {"task_id": "train-rec-1",
+    boot = boot_of(user_data)
+    assert boot.provider_config["launch"] == {"task_id": "train-rec-1",
                                                  "region": "us-east-1", "attempt": 1}
     volumes = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id",
                                              "Values": [first["InstanceId"]]}])["Volumes"]
@@ -317,8 +313,7 @@ def test_efa_launch_gets_a_cluster_placement_group_and_efa_interfaces(
     assert len(raw) == 2
     assert {i["NetworkInterfaces"][0]["SubnetId"] for i in raw} == {
         sent["NetworkInterfaces"][0]["SubnetId"]}
-    boot = json.loads(boot_json_of(sent["UserData"]))
-    assert boot["task_id"] == "efa-1"
+    assert boot_of(sent["UserData"]).task_id == "efa-1"
     assert "FLOW_INTERCONNECT=efa" in sent["UserData"]
     provider.terminate("efa-1")
     assert "flow-efa-1" not in placement_groups() and aws.non_terminated() == []

@@ -15,7 +15,7 @@ import pytest
 from aws_moto_world import AwsWorld, spec
 
 from flow_sdk.errors import ProviderError
-from flow_sdk.protocol import BootConfig
+from flow_sdk.wire import BootConfig
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._config import check_ssh_cidr
 from flow_sdk.providers.aws._imds import SPOT_ACTION_PATH, TOKEN_HEADER, TTL_HEADER
@@ -124,7 +124,7 @@ def test_user_data_over_the_ec2_limit_is_found_by_check(aws: AwsWorld) -> None:
     assert {p.field for p in problems} == {"provider_config"}  # the node policy outgrows IAM's too
     assert "16384-byte user-data limit" in problems[0].message
     assert aws.provider().check(spec(priority="high")) == []
-    boot = BootConfig("big-1", "aws", provider.config()).to_env()
+    boot = BootConfig("big-1", "aws", provider.config())
     # a launch not checked first is refused too: the prefix outgrows the task's node policy
     # (made before the user-data), and nothing is left
     with pytest.raises(ProviderError, match="shorten provider_config prefix"):

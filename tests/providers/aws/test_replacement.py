@@ -13,9 +13,9 @@ import time
 import pytest
 from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, launch, node_config_of, spec
 
-from flow_sdk import protocol
+from flow_sdk import wire
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.protocol import BootConfig, TaskRecord
+from flow_sdk.wire import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._launch import client_token
 from flow_sdk.providers.base import Instance, LaunchRequest
@@ -35,7 +35,7 @@ def node_provider(world: AwsWorld, client: AwsProvider, instance_id: str,
 def replace(node: AwsProvider, task_id: str, task_spec: TaskSpec, count: int = 1
             ) -> list[Instance]:
     """What the deciding agent calls: add_instances with its own boot config."""
-    boot = BootConfig(task_id, "aws", node.config()).to_env()
+    boot = BootConfig(task_id, "aws", node.config())
     return node.add_instances(LaunchRequest(task_id, task_spec, boot), count)
 
 
@@ -152,7 +152,7 @@ def test_a_replacement_gets_what_is_left_of_the_runtime_cap(aws: AwsWorld,
 
     past = TaskRecord("rep-cap", task_spec.model_dump(mode="json"), "0" * 64,
                       time.time() - 3 * 3600, 29400, 29500)
-    client.store.put(protocol.task_key("rep-cap"), protocol.to_json(past))  # past its cap
+    client.store.put(wire.task_key("rep-cap"), wire.to_json(past))  # past its cap
     recorder.run_instances.clear()
     with pytest.raises(ProviderError, match="past its max_run_time_hours"):
         replace(node, "rep-cap", task_spec)
@@ -180,7 +180,7 @@ def test_terminate_instances_stops_only_the_named_nodes_of_the_task(aws: AwsWorl
 def test_add_instances_refuses_a_task_with_nothing_to_copy(aws: AwsWorld) -> None:
     task_spec = spec(priority="high")
     provider = aws.provider()
-    boot = BootConfig("none-1", "aws", provider.config()).to_env()
+    boot = BootConfig("none-1", "aws", provider.config())
     with pytest.raises(ProviderError, match="no running node to copy"):
         provider.add_instances(LaunchRequest("none-1", task_spec, boot), 1)
     with pytest.raises(ProviderError, match="at least 1"):

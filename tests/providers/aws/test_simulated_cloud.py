@@ -18,8 +18,8 @@ import pytest
 from aws_moto_world import BUCKET, AwsWorld, Wire, agent_pid, live_pids
 from flow_testing import results_or_cancel, wait_until
 
-from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, protocol
-from flow_sdk.protocol import LaunchRecord
+from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, wire
+from flow_sdk.wire import LaunchRecord
 from flow_sdk.sim import AwsSimProvider, SimulatedNodes
 from fake_imds import FakeImds
 
@@ -155,7 +155,7 @@ def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
     assert isinstance(provider, AwsSimProvider) and isinstance(provider.runtime, SimulatedNodes)
     try:
         # the launch record carries each node's real offer price and market
-        raw_launch = provider.store.get(protocol.launch_key(task.task_id))
+        raw_launch = provider.store.get(wire.launch_key(task.task_id))
         assert raw_launch is not None
         launch = LaunchRecord.from_json(raw_launch)
         assert [(n.instance_type, n.market, n.usd_per_hour) for n in launch.nodes] == [

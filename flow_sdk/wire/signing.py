@@ -3,7 +3,7 @@
 The client makes one secret per task (:func:`new_secret`). It never enters the object store:
 nodes get it in their launch configuration (``BootConfig.secret``: user-data on EC2, a 0600
 file for local nodes) and the client keeps it in a 0600 file under the flow data directory
-(:func:`save_task_secret`), so ``Task.from_id`` in another process of the same user can
+(``flow_sdk.tasksecrets``), so ``Task.from_id`` in another process of the same user can
 check what it reads.
 
 Every object that crosses the store carries a MAC over its key and its bytes, so an object
@@ -24,14 +24,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
-from dataclasses import asdict
-from pathlib import Path
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, Protocol
 
-from flow_sdk._config import flow_home
 from flow_sdk.errors import SignatureError, TaskSecretError
 
 SECRET_BYTES = 32
@@ -69,7 +66,7 @@ def seal_record(secret: bytes, key: str, fields: dict[str, Any]) -> bytes:
 
 def open_record(secret: bytes, key: str, raw: bytes) -> bytes:
     """``raw`` unchanged once its ``mac`` checks out; raises ``SignatureError`` otherwise.
-    The protocol's ``from_json`` readers ignore the ``mac`` field."""
+    The records' ``from_json`` readers ignore the ``mac`` field."""
     try:
         data = json.loads(raw)
     except ValueError:
@@ -159,38 +156,3 @@ class SignedStore:
 
 def _fields(record: Any) -> dict[str, Any]:
     return dict(record) if isinstance(record, dict) else asdict(record)
-
-
-# -- the client's copy of each task's secret ------------------------------------------------
-
-def _secret_path(task_id: str) -> Path:
-    return flow_home() / "secrets" / f"{task_id}.key"
-
-
-def save_task_secret(task_id: str, secret_hex: str) -> None:
-    """Keep the task's secret on this machine (0600 file in a 0700 folder), never in a store."""
-    path = _secret_path(task_id)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secret_hex)
-
-
-def has_task_secret(task_id: str) -> bool:
-    return _secret_path(task_id).is_file()
-
-
-def task_secret_ids() -> list[str]:
-    """Every task whose secret this machine holds (the tasks launched here), sorted."""
-    folder = flow_home(create=False) / "secrets"
-    return sorted(p.stem for p in folder.glob("*.key")) if folder.is_dir() else []
-
-
-def load_task_secret(task_id: str) -> bytes:
-    """The secret that the client which launched ``task_id`` on this machine saved."""
-    path = _secret_path(task_id)
-    if not path.is_file():
-        raise TaskSecretError(f"no secret for task {task_id!r} at {path}: only the machine "
-                              "(and user) that launched a task can read its results")
-    return secret_from_hex(path.read_text().strip())

@@ -1,28 +1,17 @@
 """The records that the client and the node agents exchange through a provider's store.
 
-One place for the key layout and the JSON shapes, so ``app``/``task`` (client side) and
-``agent`` (node side) cannot drift apart.
+The JSON shapes and the enums they carry; each reader raises ``RecordError`` for a shape it
+does not know, so a client and nodes of different versions fail loudly.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from flow_sdk.errors import RecordError
-
-
-# The agent lists its workers' process groups in this file of its working directory, so a
-# provider whose nodes are local processes can stop everything a node started.
-WORKER_PGIDS_FILE = "worker-pgids"
-# Names a 0600 file holding FLOW_BOOT (it carries the task's secret), for providers that start
-# agents as local processes: the secret stays out of argv and environment dumps.
-BOOT_FILE_ENV = "FLOW_BOOT_FILE"
 
 
 class TaskStatus(str, Enum):
@@ -79,106 +68,6 @@ class StreamKind(str, Enum):
 STREAM_KINDS: tuple[str, ...] = tuple(k.value for k in StreamKind)
 
 
-def payload_key(digest: str) -> str:
-    return f"payloads/{digest}"
-
-
-def code_key(sha256: str) -> str:
-    """The caller's SDK wheel (``flow_sdk.sdkwheel``), content-addressed by its SHA-256."""
-    return f"code/{sha256}.whl"
-
-
-def task_key(task_id: str) -> str:
-    return f"tasks/{task_id}/task.json"
-
-
-def outcome_key(task_id: str) -> str:
-    return f"tasks/{task_id}/outcome.json"
-
-
-def restart_key(task_id: str, generation: int) -> str:
-    """Written by the node that decided a failed generation restarts (``max_restarts``)."""
-    return f"tasks/{task_id}/restarts/{generation:06d}"
-
-
-def restarts_prefix(task_id: str) -> str:
-    return f"tasks/{task_id}/restarts/"
-
-
-def decider_key(task_id: str, generation: int, slot: int = 0) -> str:
-    """Claimed (put_if_absent, a signed record) by the one node that decides how a failed
-    generation ends: the first slot that holds no forged claim."""
-    return f"tasks/{task_id}/decider/{generation:06d}/{slot:02d}"
-
-
-def agent_up_key(task_id: str, instance_id: str) -> str:
-    """Written (put_if_absent) by a node's agent when it starts: the availability clock runs
-    from the earliest of them."""
-    return f"tasks/{task_id}/up/{instance_id}"
-
-
-def agents_up_prefix(task_id: str) -> str:
-    return f"tasks/{task_id}/up/"
-
-
-def launch_key(task_id: str) -> str:
-    return f"tasks/{task_id}/launch.json"
-
-
-def launch_lease_key(task_id: str) -> str:
-    """Kept by the launching client while it starts the task's nodes (``LaunchLease``)."""
-    return f"tasks/{task_id}/launch-lease.json"
-
-
-def membership_key(task_id: str, generation: int) -> str:
-    """The gang of one generation, written once: by the launcher for generation 0, by the
-    node that starts replacements for the next one."""
-    return f"tasks/{task_id}/membership/{generation:06d}.json"
-
-
-def cancel_key(task_id: str) -> str:
-    return f"tasks/{task_id}/cancel"
-
-
-def result_key(task_id: str, rank: int) -> str:
-    return f"tasks/{task_id}/results/{rank:06d}"
-
-
-def results_prefix(task_id: str) -> str:
-    return f"tasks/{task_id}/results/"
-
-
-def error_key(task_id: str, rank: int) -> str:
-    return f"tasks/{task_id}/errors/{rank:06d}"
-
-
-def node_key(task_id: str, node: int) -> str:
-    return f"tasks/{task_id}/nodes/{node:06d}.json"
-
-
-def nodes_prefix(task_id: str) -> str:
-    return f"tasks/{task_id}/nodes/"
-
-
-def task_prefix(task_id: str) -> str:
-    return f"tasks/{task_id}/"
-
-
-def rank_stream(node: int, rank: int) -> str:
-    """The log stream of one worker."""
-    return f"node-{node}.rank-{rank}"
-
-
-def agent_stream(instance_id: str) -> str:
-    """The log stream of one node's agent, named by instance so it exists before the rendezvous."""
-    return f"agent.{instance_id}"
-
-
-# Marks an agent line that reports a task event (a lost node, a restart, a replacement, the
-# generation): the caller shows it among the workers' output, labelled [flow].
-EVENT_MARK = "[flow] "
-
-
 def to_json(record: Any) -> bytes:
     return json.dumps(asdict(record), sort_keys=True).encode()
 
@@ -194,7 +83,7 @@ def _fields_of(cls: type[Any], data: bytes) -> dict[str, Any]:
                           "client and the nodes") from None
     if not isinstance(raw, dict):
         raise RecordError(f"{what}: expected a JSON object, got {type(raw).__name__}")
-    raw.pop("mac", None)  # flow_sdk.signing's MAC, checked before the record is parsed
+    raw.pop("mac", None)  # flow_sdk.wire.signing's MAC, checked before the record is parsed
     known = {f.name for f in fields(cls)}
     required = {f.name for f in fields(cls)
                 if f.default is MISSING and f.default_factory is MISSING}
@@ -364,37 +253,3 @@ class Outcome:
         raw = _fields_of(cls, data)
         _one_of("Outcome.status", raw["status"], TERMINAL_STATUSES)
         return cls(**raw)
-
-
-def boot_env_to_file(env: dict[str, str], path: Path) -> None:
-    """Move ``FLOW_BOOT`` (it carries the task's secret) from ``env`` into a new 0600 file at
-    ``path`` named by ``FLOW_BOOT_FILE``: the secret stays out of argv and environment dumps."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(env.pop("FLOW_BOOT"))
-    env[BOOT_FILE_ENV] = str(path)
-
-
-@dataclass(frozen=True)
-class BootConfig:
-    """What a node agent is started with (the same for every node of a task)."""
-
-    task_id: str
-    provider: str
-    provider_config: Mapping[str, Any]
-    secret: str = ""  # the task's secret (hex, flow_sdk.signing); never in the object store
-
-    def to_env(self) -> dict[str, str]:
-        data = {"task_id": self.task_id, "provider": self.provider,
-                "provider_config": dict(self.provider_config), "secret": self.secret}
-        return {"FLOW_BOOT": json.dumps(data, sort_keys=True)}
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str, str]:
-        """The boot config (from ``FLOW_BOOT``, or the 0600 file ``FLOW_BOOT_FILE`` names)
-        plus this node's instance id and address."""
-        file = environ.get(BOOT_FILE_ENV)
-        data = json.loads(Path(file).read_text() if file else environ["FLOW_BOOT"])
-        return (cls(task_id=data["task_id"], provider=data["provider"],
-                    provider_config=data["provider_config"], secret=data.get("secret", "")),
-                environ["FLOW_INSTANCE_ID"], environ["FLOW_NODE_ADDRESS"])

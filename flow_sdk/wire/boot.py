@@ -1,0 +1,80 @@
+"""The boot configuration: what every node agent of a task is started with.
+
+One typed object from the client to the agent. The client builds it, a provider may set the
+provider config its nodes use (``with_provider_config``), and the provider carries the text
+of :meth:`BootConfig.encode` to the node as it is: in ``FLOW_BOOT`` (the user-data sets it
+on EC2), or in a 0600 file named by ``FLOW_BOOT_FILE`` (local nodes, so the secret stays out
+of argv and environment dumps). The node reads it with :func:`node_boot`, the one place
+that decodes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from flow_sdk.errors import RecordError
+
+BOOT_ENV = "FLOW_BOOT"  # the encoded boot configuration
+BOOT_FILE_ENV = "FLOW_BOOT_FILE"  # or the path of a 0600 file that holds it
+INSTANCE_ENV = "FLOW_INSTANCE_ID"  # the node's instance id
+ADDRESS_ENV = "FLOW_NODE_ADDRESS"  # the private address the other nodes reach it at
+_FIELDS = ("task_id", "provider", "provider_config", "secret")
+
+
+@dataclass(frozen=True)
+class BootConfig:
+    """What a node agent is started with (the same for every node of a gang)."""
+
+    task_id: str
+    provider: str  # the provider's registered name; the agent rebuilds it with the config
+    provider_config: Mapping[str, Any]  # plain JSON data (the provider's ``config()``)
+    secret: str = ""  # the task's secret (hex, flow_sdk.wire.signing); never in the store
+
+    def with_provider_config(self, config: Mapping[str, Any]) -> BootConfig:
+        """The same boot with the provider config a provider's nodes use."""
+        return replace(self, provider_config=dict(config))
+
+    def encode(self) -> str:
+        """The configuration as one line of JSON (the only encoder)."""
+        data = {"task_id": self.task_id, "provider": self.provider,
+                "provider_config": dict(self.provider_config), "secret": self.secret}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> BootConfig:
+        """The configuration :meth:`encode` wrote (the only decoder); raises RecordError
+        for anything else."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise RecordError(f"{BOOT_ENV}: not JSON ({exc}); launch tasks through FlowApp "
+                              "and run the same flow-sdk version on the client and the "
+                              "nodes") from None
+        if not isinstance(data, dict) or sorted(data) != sorted(_FIELDS):
+            got = sorted(data) if isinstance(data, dict) else type(data).__name__
+            raise RecordError(f"{BOOT_ENV}: expected the fields {sorted(_FIELDS)}, got {got}; "
+                              "run the same flow-sdk version on the client and the nodes")
+        if not all(isinstance(data[k], str) for k in ("task_id", "provider", "secret")) \
+                or not isinstance(data["provider_config"], dict):
+            raise RecordError(f"{BOOT_ENV}: task_id, provider and secret must be strings and "
+                              "provider_config an object")
+        return cls(data["task_id"], data["provider"], data["provider_config"], data["secret"])
+
+
+def node_boot(environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str, str]:
+    """On a node: its boot configuration (from ``FLOW_BOOT``, or the file ``FLOW_BOOT_FILE``
+    names), its instance id and its address."""
+    file = environ.get(BOOT_FILE_ENV)
+    if file:
+        text = Path(file).read_text(encoding="utf-8")
+    elif BOOT_ENV in environ:
+        text = environ[BOOT_ENV]
+    else:
+        raise RecordError(f"neither {BOOT_ENV} nor {BOOT_FILE_ENV} is set: node agents are "
+                          "started by a provider")
+    return BootConfig.decode(text), environ[INSTANCE_ENV], environ[ADDRESS_ENV]

@@ -1,0 +1,73 @@
+"""The boot configuration is one typed object from the client to the agent: encoded once,
+decoded once, carried as it is."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from flow_sdk import wire
+from flow_sdk.errors import RecordError
+from flow_sdk.wire import BootConfig, node_boot
+
+BOOT = BootConfig("t-1", "aws", {"region": "us-east-1", "launch": {"attempt": 2}},
+                  secret="0123456789abcdef" * 4)
+
+
+def test_decode_reads_what_encode_wrote() -> None:
+    text = BOOT.encode()
+    assert "\n" not in text
+    assert BootConfig.decode(text) == BOOT
+
+
+def test_a_provider_sets_its_nodes_config_on_the_typed_object() -> None:
+    node = BOOT.with_provider_config({"region": "eu-west-1"})
+    assert node == BootConfig("t-1", "aws", {"region": "eu-west-1"}, secret=BOOT.secret)
+    assert BootConfig.decode(node.encode()).provider_config == {"region": "eu-west-1"}
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("not json", "not JSON"),
+    ("[1]", "expected the fields"),
+    ('{"task_id": "t", "provider": "aws", "provider_config": {}}', "expected the fields"),
+    ('{"task_id": "t", "provider": "aws", "provider_config": {}, "secret": "", "x": 1}',
+     "expected the fields"),
+    ('{"task_id": 1, "provider": "aws", "provider_config": {}, "secret": ""}',
+     "must be strings"),
+    ('{"task_id": "t", "provider": "aws", "provider_config": [], "secret": ""}',
+     "provider_config an object"),
+])
+def test_decode_refuses_anything_else_naming_the_problem(text: str, problem: str) -> None:
+    with pytest.raises(RecordError, match=problem):
+        BootConfig.decode(text)
+
+
+def test_a_node_reads_its_boot_from_the_file_before_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "boot.json"
+    path.write_text(BOOT.encode(), encoding="utf-8")
+    other = BootConfig("t-2", "local", {}).encode()
+    environ = {wire.BOOT_FILE_ENV: str(path), wire.BOOT_ENV: other,
+               wire.INSTANCE_ENV: "i-1", wire.ADDRESS_ENV: "10.0.0.1"}
+    assert node_boot(environ) == (BOOT, "i-1", "10.0.0.1")
+    del environ[wire.BOOT_FILE_ENV]
+    assert node_boot(environ)[0] == BootConfig.decode(other)
+
+
+def test_a_node_without_a_boot_is_told_where_it_comes_from() -> None:
+    with pytest.raises(RecordError, match="FLOW_BOOT nor FLOW_BOOT_FILE"):
+        node_boot({wire.INSTANCE_ENV: "i-1", wire.ADDRESS_ENV: "10.0.0.1"})
+
+
+def test_the_local_provider_hands_the_boot_over_in_a_0600_file(tmp_path: Path) -> None:
+    from flow_sdk.providers.base import LaunchRequest
+    from flow_sdk.providers.local import _node
+    from flow_sdk.spec import build_task_spec
+
+    request = LaunchRequest("t-1", build_task_spec(app="a", name="f", num_instances=1), BOOT)
+    env = _node.node_env(request, "local-1", "127.0.0.1", tmp_path, "")
+    path = Path(env[wire.BOOT_FILE_ENV])
+    assert path.parent == tmp_path and os.stat(path).st_mode & 0o777 == 0o600
+    assert not any(BOOT.secret in value for value in env.values())  # only in the file
+    assert node_boot(env) == (BOOT, "local-1", "127.0.0.1")

@@ -219,9 +219,10 @@ class AwsWorld:
     def sim_config(self, **overrides: Any) -> dict[str, Any]:
         """The ``aws-sim`` provider_config of this world: its moto server, its root, and any
         aws or simulated-node setting. The simulated image keeps the SDK environments of this
-        test session's runner (by wheel digest), so a node installs the wheel only on the
+        test session, all its runners (by wheel digest), so a node installs the wheel only on the
         first boot."""
-        config = self.config(root=str(self.sim_root), envs=str(self.tmp.parent / "sim-envs"),
+        envs = _session_root(self.tmp) / "sim-envs"
+        config = self.config(root=str(self.sim_root), envs=str(envs),
                              **overrides)
         if "image_python" not in overrides:
             del config["image_python"]  # the simulated image's Python: its interpreter's
@@ -587,6 +588,13 @@ def moto_gaps() -> Iterator[None]:
                 delattr(EC2Response, name)
             for name, fn in s3_originals.items():
                 setattr(S3Response, name, fn)
+
+
+def _session_root(tmp: Path) -> Path:
+    """The test session's temporary root, shared by its xdist runners (each has its own
+    ``popen-gwN`` folder below it)."""
+    base = tmp.parent
+    return base.parent if base.name.startswith("popen-gw") else base
 
 
 def fresh_world(moto_url: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> AwsWorld:

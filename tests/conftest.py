@@ -21,13 +21,6 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Multi-process tests (marked slow) first, the quick ones after: xdist hands tests out
-    in this order, so the quick ones fill the runners' last minutes instead of one runner
-    starting a minute-long test when the others are done. Order within each group is kept."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture(autouse=True)
 def flow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "flow-home"

@@ -12,8 +12,8 @@ Code written for Flow runs with its import changed: ``Flow().run(train._build_ta
 mounts={"/data": "s3://bucket/prefix"})`` and ``Flow().get_task(task_id)``.
 """
 
-from flow_sdk import current
-from flow_sdk.app import Flow, FlowApp, RemoteFunction, TaskConfig
+from flow_sdk.node import current
+from flow_sdk.client.app import Flow, FlowApp, RemoteFunction, TaskConfig
 from flow_sdk.errors import (
     CapacityError,
     HostKeyMismatchError,
@@ -37,7 +37,7 @@ from flow_sdk.errors import (
 )
 from flow_sdk.wire import TaskStatus
 from flow_sdk.spec import GpuSpec, TaskSpec, VolumeSpec
-from flow_sdk.task import Task
+from flow_sdk.client.task import Task
 from flow_sdk.volumes import (
     ReadOnlyMountError,
     Volume,

@@ -21,9 +21,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flow_sdk.app import FlowApp
+from flow_sdk.client.app import FlowApp
 from flow_sdk.errors import FieldProblem, ValidationError
-from flow_sdk.task import Task
+from flow_sdk.client.task import Task
 
 __all__ = ["MLJob", "get_job", "submit_directory", "submit_file"]
 

@@ -102,6 +102,18 @@ class Call:
     origins: CodeOrigins
 
 
+@dataclass(frozen=True)
+class NodeEntry:
+    """A node-side function named by its module and name: the caller ships a call to it
+    without importing node code, and the node imports it when the call runs."""
+
+    module: str
+    name: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
+
+
 class _Scan(cloudpickle.Pickler):
     """A pickling pass whose bytes are thrown away. It notes which of the caller's own modules
     the object uses (modules it refers to, ``import mylib; mylib.f()``, and those its functions

@@ -25,7 +25,7 @@ else:
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO / "pyproject.toml"
-WRONG_IMPORT = "flow_sdk.providers.base -> flow_sdk.agent"
+WRONG_IMPORT = "flow_sdk.providers.base -> flow_sdk.node.agent"
 
 
 def _contracts() -> dict[str, dict[str, Any]]:
@@ -60,7 +60,7 @@ def test_an_upward_import_from_a_provider_breaks_the_contracts(tmp_path: Path) -
     clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
     base = broken / "flow_sdk" / "providers" / "base.py"
-    base.write_text(base.read_text(encoding="utf-8") + "\nimport flow_sdk.agent\n",
+    base.write_text(base.read_text(encoding="utf-8") + "\nimport flow_sdk.node.agent\n",
                     encoding="utf-8")
 
     before = _lint(clean, "layers", "providers-below-callers")
@@ -70,7 +70,7 @@ def test_an_upward_import_from_a_provider_breaks_the_contracts(tmp_path: Path) -
     assert after.returncode != 0, after.stdout + after.stderr
     assert f"{names['providers-below-callers']} BROKEN" in after.stdout, after.stdout
     assert f"{names['layers']} BROKEN" in after.stdout, after.stdout
-    assert "flow_sdk.providers is not allowed to import flow_sdk.agent" in after.stdout
+    assert "flow_sdk.providers is not allowed to import flow_sdk.node" in after.stdout
     assert WRONG_IMPORT in after.stdout, after.stdout
 
 
@@ -78,8 +78,8 @@ def test_an_upward_import_inside_the_agent_breaks_its_parts_contract(tmp_path: P
     name = _contracts()["agent-parts"]["name"]
     clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
-    records = broken / "flow_sdk" / "agent" / "records.py"
-    records.write_text(records.read_text(encoding="utf-8") + "\nimport flow_sdk.agent.watch\n",
+    records = broken / "flow_sdk" / "node" / "agent" / "records.py"
+    records.write_text(records.read_text(encoding="utf-8") + "\nimport flow_sdk.node.agent.watch\n",
                        encoding="utf-8")
 
     before = _lint(clean, "agent-parts")
@@ -88,7 +88,7 @@ def test_an_upward_import_inside_the_agent_breaks_its_parts_contract(tmp_path: P
     assert before.returncode == 0, before.stdout + before.stderr
     assert after.returncode != 0, after.stdout + after.stderr
     assert f"{name} BROKEN" in after.stdout, after.stdout
-    assert "flow_sdk.agent.records -> flow_sdk.agent.watch" in after.stdout, after.stdout
+    assert "flow_sdk.node.agent.records -> flow_sdk.node.agent.watch" in after.stdout, after.stdout
 
 
 def test_an_import_of_the_simulated_cloud_from_the_aws_provider_breaks_the_contract(
@@ -110,6 +110,39 @@ def test_an_import_of_the_simulated_cloud_from_the_aws_provider_breaks_the_contr
     assert f"{name} BROKEN" in after.stdout, after.stdout
     assert "flow_sdk.providers is not allowed to import flow_sdk.sim" in after.stdout
     assert "flow_sdk.providers.aws._runtime -> flow_sdk.sim" in after.stdout, after.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract", "chain"), [
+    ("client/app.py", "import flow_sdk.node.headjob", "client-not-node",
+     "flow_sdk.client.app -> flow_sdk.node.headjob"),
+    ("client/task.py", "import flow_sdk.rendezvous.store", "client-not-node",
+     "flow_sdk.client.task -> flow_sdk.rendezvous.store"),
+    # indirect: a module both sides use, importing node code
+    ("payload.py", "import flow_sdk.node.current", "client-not-node",
+     "flow_sdk.payload -> flow_sdk.node.current"),
+    ("node/agent/worker.py", "import flow_sdk.client.task", "node-not-client",
+     "flow_sdk.node.agent.worker -> flow_sdk.client.task"),
+    ("volumes/node.py", "import flow_sdk.client.records", "node-not-client",
+     "flow_sdk.volumes.node -> flow_sdk.client.records"),
+])
+def test_an_import_across_the_wire_breaks_the_client_node_contracts(
+        tmp_path: Path, module: str, line: str, contract: str, chain: str) -> None:
+    """Client code never imports node code and node code never imports client code: a
+    scratch import either way, direct or through a shared module, makes ``lint-imports``
+    fail."""
+    name = _contracts()[contract]["name"]
+    clean = _copy_tree(tmp_path / "clean")
+    broken = _copy_tree(tmp_path / "broken")
+    path = broken / "flow_sdk" / module
+    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
+
+    before = _lint(clean, contract)
+    after = _lint(broken, contract)
+
+    assert before.returncode == 0 and f"{name} KEPT" in before.stdout, before.stdout
+    assert after.returncode != 0, after.stdout + after.stderr
+    assert f"{name} BROKEN" in after.stdout, after.stdout
+    assert chain in after.stdout, after.stdout
 
 
 def _module_level_imports(path: Path) -> set[str]:
@@ -156,7 +189,7 @@ def test_the_module_level_scan_sees_imports_outside_functions(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(("module", "chain", "direct"), [
-    ("headjob.py", "flow_sdk.headjob -> flow_sdk.providers.local", True),
+    ("node/headjob.py", "flow_sdk.node.headjob -> flow_sdk.providers.local", True),
     # indirect: the agent imports the providers package, which would import the local
     # provider; the older interface-only contract allows that chain, this one does not
     ("providers/__init__.py", "flow_sdk.providers -> flow_sdk.providers.local", False),

@@ -72,19 +72,19 @@ def test_only_the_lifecycle_module_writes_outcome_records() -> None:
 
 
 def test_a_scratch_outcome_write_outside_lifecycle_fails_the_scan(tmp_path: Path) -> None:
-    """The scan has teeth: a copy of the package whose task.py writes the outcome key
-    (directly, or through a name bound to it) names task.py."""
+    """The scan has teeth: a copy of the package whose client/task.py writes the outcome key
+    (directly, or through a name bound to it) names client/task.py."""
     copy = tmp_path / "flow_sdk"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert list(writers(copy)) == ["lifecycle.py"]
-    task = copy / "task.py"
+    task = copy / "client" / "task.py"
     clean = task.read_text(encoding="utf-8")
     task.write_text(clean + "\n\ndef _scratch(store, task_id, outcome):\n"
                     "    store.put_record_if_absent(wire.outcome_key(task_id), outcome)\n")
-    assert list(writers(copy)) == ["lifecycle.py", "task.py"]
+    assert list(writers(copy)) == ["client/task.py", "lifecycle.py"]
     task.write_text(clean + "\n\ndef _scratch(store, task_id, raw):\n"
                     "    key = wire.outcome_key(task_id)\n    store.put(key, raw)\n")
-    assert list(writers(copy)) == ["lifecycle.py", "task.py"]
+    assert list(writers(copy)) == ["client/task.py", "lifecycle.py"]
 
 
 def test_the_first_valid_outcome_wins_and_a_forgery_is_refused_on_read() -> None:

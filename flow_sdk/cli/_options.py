@@ -13,8 +13,8 @@ import click
 
 from flow_sdk.errors import FieldProblem, ProviderError, TaskNotFoundError, ValidationError
 from flow_sdk.providers import Provider, get_provider
-from flow_sdk.clientrecords import list_client_records
-from flow_sdk.task import Task
+from flow_sdk.client.records import list_client_records
+from flow_sdk.client.task import Task
 
 F = TypeVar("F", bound=Callable[..., Any])
 

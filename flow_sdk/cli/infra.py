@@ -19,7 +19,7 @@ from flow_sdk.errors import FieldProblem, FlowError, ValidationError, install_hi
 from flow_sdk.providers import available_providers, get_provider
 from flow_sdk.providers.objects_gc import remove_finished_tasks
 from flow_sdk.spec import TaskSpec, build_task_spec
-from flow_sdk.clientrecords import list_client_records
+from flow_sdk.client.records import list_client_records
 
 
 @main.command()

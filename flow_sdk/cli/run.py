@@ -13,19 +13,19 @@ from typing import Any
 
 import click
 
-from flow_sdk.app import FlowApp
+from flow_sdk.client.app import FlowApp
 from flow_sdk.cli._exits import EXIT_SIGNAL_BASE, exit_code
 from flow_sdk.cli._failure import HeldTracebacks, script_failure
 from flow_sdk.cli._main import main
 from flow_sdk.cli._options import backend, provider_config_of, spec_kwargs, spec_options
 from flow_sdk.cli._output import emit_json
-from flow_sdk.progress import Reporter, WatchOptions, show_plan, wait_running
+from flow_sdk.client.progress import Reporter, WatchOptions, show_plan, wait_running
 from flow_sdk.errors import ValidationError
 from flow_sdk.wire import TaskStatus
-from flow_sdk.script_imports import local_module_files
+from flow_sdk.client.script_imports import local_module_files
 from flow_sdk.spec import build_task_spec
-from flow_sdk.task import Task
-from flow_sdk.tasklogs import LOG_SOURCES
+from flow_sdk.client.task import Task
+from flow_sdk.client.tasklogs import LOG_SOURCES
 
 
 class Stopped(KeyboardInterrupt):

@@ -16,9 +16,9 @@ from flow_sdk.cli._options import find_task, since_time
 from flow_sdk.cli._output import ago, emit_json, pairs, table, when
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import TaskStatus
-from flow_sdk.clientrecords import list_client_records
-from flow_sdk.task import Task
-from flow_sdk.tasklogs import LOG_SOURCES
+from flow_sdk.client.records import list_client_records
+from flow_sdk.client.task import Task
+from flow_sdk.client.tasklogs import LOG_SOURCES
 
 
 def _status_data(task: Task) -> dict[str, Any]:
@@ -195,7 +195,7 @@ def cancel(task_ref: str, as_json: bool) -> None:
 def doctor(task_ref: str, timeout: float, as_json: bool) -> None:
     """Check that every node of a running task reaches every other node (their SSH ports) and
     the leader's rendezvous port. Exits 1 when a pair cannot talk."""
-    from flow_sdk.doctor import check_task
+    from flow_sdk.client.doctor import check_task
 
     checks = check_task(find_task(task_ref), timeout_s=timeout)
     if as_json:

@@ -3,7 +3,7 @@
 In ``distributed_mode="auto"`` a worker gets the variables torchrun's elastic agent gives a
 worker of the same layout (torch/distributed/elastic/agent/server/local_elastic_agent.py),
 with equal values except where the two launchers cannot agree; ``TORCHRUN_DIFFERENCES`` lists
-those, and tests/agent/test_torchrun_env.py compares against a real ``torchrun``.
+those, and tests/node/agent/test_torchrun_env.py compares against a real ``torchrun``.
 """
 
 from __future__ import annotations

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 
-from flow_sdk import current
-from flow_sdk.app import FlowApp, RemoteFunction
+from flow_sdk.node import current
+from flow_sdk.client.app import FlowApp, RemoteFunction
 from flow_sdk.errors import FieldProblem, FlowError, TaskTimeoutError, ValidationError
 
 if TYPE_CHECKING:
     from flow_sdk.data import ShardedDataConnector
-    from flow_sdk.task import Task
+    from flow_sdk.client.task import Task
 
 R = TypeVar("R")
 

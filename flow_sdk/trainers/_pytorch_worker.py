@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flow_sdk import current
+from flow_sdk.node import current
 from flow_sdk.trainers._common import Place, TrainerError
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@
                                hyper_params={"lr": 1e-3})
     response.get_model_dir()                      # where rank 0 saved model.pt
 
-Inside a ``run_on="head"`` job (see ``flow_sdk.headjob``), ``run`` uses the job's own workers
+Inside a ``run_on="head"`` job (see ``flow_sdk.node.headjob``), ``run`` uses the job's own workers
 (all of them when no scaling config is given) instead of launching a task. Elsewhere:
 ``run`` launches one task of ``num_nodes`` nodes with ``num_workers_per_node``
 workers each (``distributed_mode="auto"``: the torch.distributed variables are set; with
@@ -47,8 +47,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flow_sdk import current, headjob
-from flow_sdk.app import FlowApp, RemoteFunction
+from flow_sdk.node import current, headjob
+from flow_sdk.client.app import FlowApp, RemoteFunction
 from flow_sdk.trainers._common import (
     DEFAULT_GPU_TYPE,
     as_sharded,
@@ -69,7 +69,7 @@ from flow_sdk.volumes import Volume
 
 if TYPE_CHECKING:
     from flow_sdk.data import DataConnector, ShardedDataConnector
-    from flow_sdk.task import Task
+    from flow_sdk.client.task import Task
 
 __all__ = [
     "PyTorchDistributor",

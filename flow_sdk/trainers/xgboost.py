@@ -14,7 +14,7 @@
                             verbose_eval=10)
     estimator.predict(eval_df)          # on this machine, with the trained booster
 
-Inside a ``run_on="head"`` job (see ``flow_sdk.headjob``), ``fit`` trains on the job's own
+Inside a ``run_on="head"`` job (see ``flow_sdk.node.headjob``), ``fit`` trains on the job's own
 workers (all of them with ``num_workers=-1``) instead of launching a task. Elsewhere:
 ``fit`` launches one task of ``num_workers`` nodes (1 for -1) with one worker each
 (``distributed_mode="auto"``, so every worker has ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
@@ -42,8 +42,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flow_sdk import headjob
-from flow_sdk.app import FlowApp, RemoteFunction
+from flow_sdk.node import headjob
+from flow_sdk.client.app import FlowApp, RemoteFunction
 from flow_sdk.spec import MAX_INSTANCES
 from flow_sdk.trainers._collective import CollectiveConfig, xgboost_collective
 from flow_sdk.trainers._common import (
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     import xgboost
 
     from flow_sdk.data import DataConnector, ShardedDataConnector
-    from flow_sdk.task import Task
+    from flow_sdk.client.task import Task
 
 __all__ = ["XGBEstimator", "XGBScalingConfig"]
 

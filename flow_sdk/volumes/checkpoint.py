@@ -25,7 +25,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from flow_sdk import current
+from flow_sdk.volumes.paths import path
 
 _NAME_RE = re.compile(r"^ckpt-(\d{8,})\.pt$")
 
@@ -46,7 +46,13 @@ def checkpoint_step(path: str | os.PathLike[str]) -> int:
 
 
 def _resolve(directory: str | os.PathLike[str], write: bool = False) -> Path:
-    return Path(current.path(os.fspath(directory), write=write))
+    return Path(path(os.fspath(directory), write=write))
+
+
+def _rank() -> int:
+    """This worker's rank as the node agent set it (``flow_sdk._rank()``): ``RANK``, or
+    the node's rank where a task sets none; 0 outside a task."""
+    return int(os.environ.get("RANK") or os.environ.get("FLOW_NODE_RANK") or 0)
 
 
 def _process_group() -> Any | None:
@@ -75,7 +81,7 @@ def save_checkpoint(obj: Any, directory: str | os.PathLike[str], step: int, *,
     folder = _resolve(directory, write=True)
     target = folder / checkpoint_name(step)
     group = _process_group()
-    rank = group.get_rank() if group is not None else current.rank
+    rank = group.get_rank() if group is not None else _rank()
     if rank == 0:
         folder.mkdir(parents=True, exist_ok=True)
         temp = folder / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"

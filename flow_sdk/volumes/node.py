@@ -29,9 +29,9 @@ from flow_sdk.mountns import (
     enter_private_root,
     hidden_host_entries,
 )
+from flow_sdk.volumes.paths import MOUNTS_ENV
 from flow_sdk.volumes.s3mount import materialize, set_writable
 
-MOUNTS_ENV = "FLOW_MOUNTS"
 MODE_ENV = "FLOW_VOLUME_MODE"  # auto (default) | namespace | mapped
 Mode = Literal["namespace", "mapped"]
 Log = Callable[[str], None]

@@ -14,7 +14,7 @@ import pytest
 from flow_testing import processes_with_env, run_on_terminal, wait_until
 
 from flow_sdk import Task, TaskStatus
-from flow_sdk.clientrecords import list_client_records
+from flow_sdk.client.records import list_client_records
 
 pytestmark = pytest.mark.slow
 

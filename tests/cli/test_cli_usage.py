@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk.clientrecords import list_client_records
-from flow_sdk.task import Task
+from flow_sdk.client.records import list_client_records
+from flow_sdk.client.task import Task
 
 _BESIDE = Path(sys.executable).with_name("flow")
 FLOW = str(_BESIDE) if _BESIDE.exists() else (shutil.which("flow") or "flow")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import flow_sdk
-from flow_sdk import sdkwheel, ssh
+from flow_sdk import sdkwheel
+from flow_sdk.client import ssh
 from flow_sdk.errors import SshError, install_hint
 
 PACKAGE = Path(flow_sdk.__file__).parent

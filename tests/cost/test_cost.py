@@ -37,7 +37,7 @@ def test_task_cost_reads_the_launch_record_with_a_fake_clock(flow_home) -> None:
     from flow_sdk.wire import signing
     from flow_sdk.wire import Outcome
     from flow_sdk.providers.local import LocalProvider
-    from flow_sdk.task import Task
+    from flow_sdk.client.task import Task
 
     provider = LocalProvider()
     tasksecrets.save_task_secret("priced-task", signing.new_secret())  # as launch_task does

@@ -14,7 +14,7 @@ from flow_sdk import ml_jobs
 from flow_sdk.data import DataConnector, DataSourceError, ShardedDataConnector
 from flow_sdk.errors import TaskNotFoundError, ValidationError
 from flow_sdk.spec import build_task_spec
-from flow_sdk.clientrecords import list_client_records
+from flow_sdk.client.records import list_client_records
 from flow_sdk.trainers import (
     PyTorchDistributor,
     PyTorchScalingConfig,

@@ -67,7 +67,7 @@ def spawn(env: Mapping[str, str], workdir: Path, stream: Path, instance_id: str,
         fields: dict[str, Any] = {"keeper_pid": keeper.pid,
                                   "keeper_ticks": procs.start_ticks(keeper.pid)}
         agent = subprocess.Popen(
-            [sys.executable, "-m", "flow_sdk.agent"], cwd=workdir, env=env,
+            [sys.executable, "-m", "flow_sdk.node.agent"], cwd=workdir, env=env,
             stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
             start_new_session=True)
     finally:

@@ -514,7 +514,7 @@ def live_pids(provider: AwsSimProvider, task_id: str) -> list[int]:
 
 
 def agent_pid(provider: AwsSimProvider, task_id: str, instance_id: str) -> int:
-    """The pid of a simulated node's agent (``python -m flow_sdk.agent`` on the instance)."""
+    """The pid of a simulated node's agent (``python -m flow_sdk.node.agent`` on the instance)."""
     tags = [r["tag"] for r in provider.sim.records(task_id) if r["instance_id"] == instance_id]
     assert tags, f"the simulated cloud has no node {instance_id} of task {task_id}"
     for pid in instance_pids(tags[0]):
@@ -522,7 +522,7 @@ def agent_pid(provider: AwsSimProvider, task_id: str, instance_id: str) -> int:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except FileNotFoundError:
             continue
-        if b"flow_sdk.agent" in argv:
+        if b"flow_sdk.node.agent" in argv:
             return pid
     raise AssertionError(f"node {instance_id} of task {task_id} runs no agent (yet)")
 

@@ -1,0 +1,5 @@
+import sys
+
+from flow_sdk.node.agent.main import main
+
+sys.exit(main())

@@ -1,0 +1,31 @@
+"""What every part of the agent works with: the node, its provider, its records and its log."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flow_sdk.node.agent.log import AgentLog
+from flow_sdk.node.agent.records import NodeRecords
+from flow_sdk.wire import BootConfig
+from flow_sdk.providers.base import Provider
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """One node of one task, as its agent sees it."""
+
+    boot: BootConfig
+    instance_id: str
+    address: str
+    workdir: Path
+    provider: Provider
+    secret: bytes  # the task's secret: it signs the records and admits nodes to the store
+    records: NodeRecords
+    log: AgentLog
+    stop_requested: threading.Event = field(default_factory=threading.Event)  # SIGTERM
+
+    @property
+    def task_id(self) -> str:
+        return self.boot.task_id

@@ -1,0 +1,127 @@
+"""The node agent: bootstrap -> rendezvous -> env -> workers -> watch -> results.
+
+Started by a provider on every node with ``FLOW_BOOT`` (task and provider), ``FLOW_INSTANCE_ID``
+and ``FLOW_NODE_ADDRESS`` set. It reaches the provider only through the provider interface.
+
+A task runs in generations (``generation``). Generation 0 starts when every node passed the
+start barrier. When a worker fails or a node is lost (``watch``), exactly one node decides
+(``recovery``): it writes the task's outcome, or, while ``max_restarts`` allows, replaces the
+lost nodes and opens the next generation, in which every node rendezvouses again and restarts
+its workers. Every generation ends on a node as one ``NodePhase``: DONE, FAILED or RESTARTING,
+the phase its node record then shows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+
+from flow_sdk import sdkwheel, wire
+from flow_sdk.wire import signing
+from flow_sdk.node.agent import clock
+from flow_sdk.node.agent.context import NodeContext
+from flow_sdk.node.agent.generation import Generation
+from flow_sdk.node.agent.log import AgentLog
+from flow_sdk.node.agent.records import NodeRecords
+from flow_sdk.node.agent.timers import Deadline
+from flow_sdk.errors import SignatureError
+from flow_sdk.wire import BOOT_ENV, BootConfig, NodePhase, TaskRecord, node_boot
+from flow_sdk.providers import get_provider
+from flow_sdk.sdkwheel import PythonMismatchError
+from flow_sdk.spec import TaskSpec
+
+
+class Agent:
+    """One node's agent: it checks the task, then runs generations until one ends the task."""
+
+    def __init__(self, boot: BootConfig, instance_id: str, address: str, workdir: Path) -> None:
+        provider = get_provider(boot.provider, boot.provider_config)
+        secret = signing.secret_from_hex(boot.secret)
+        log = AgentLog(provider, boot.task_id, instance_id)
+        store = signing.SignedStore(provider.store, secret)  # checks every read
+        records = NodeRecords(store, boot.task_id, instance_id, address, log)
+        self.node = NodeContext(boot, instance_id, address, workdir, provider, secret, records,
+                                log)
+
+    def run(self) -> int:
+        """The node's exit status: 0 when the task succeeded, 1 when it failed."""
+        node = self.node
+        node.log(f"agent started on {node.instance_id} ({node.address}), task {node.task_id}")
+        record = self._load_task()
+        if record is None:
+            return 1
+        clock.mark_up(node.records.store, node.task_id, node.instance_id, time.time())
+        spec = TaskSpec.model_validate(record.spec)
+        return self._run_generations(spec, record, self._runtime_cap(spec, record))
+
+    def _load_task(self) -> TaskRecord | None:
+        """The task record, with the payload written to the work directory; None (the task's
+        outcome written) when either is missing or does not check. The record's MAC and the
+        payload's digest are checked before either is used."""
+        node = self.node
+        try:
+            raw = node.records.store.get_record(wire.task_key(node.task_id))
+            if raw is None:
+                node.records.fail(f"node {node.instance_id} found no task record; the launch "
+                                  "was incomplete")
+                return None
+            record = TaskRecord.from_json(raw)
+            key = wire.payload_key(record.payload_digest)
+            blob = node.provider.store.get(key)
+            if blob is None:
+                node.records.fail(f"payload {record.payload_digest[:16]} is missing from the "
+                                  "store")
+                return None
+            signing.same_digest(key, blob, record.payload_digest)
+            sdkwheel.require_python(record.python)
+        except (SignatureError, PythonMismatchError) as exc:
+            node.records.fail(f"node {node.instance_id} refused to run the task: {exc}")
+            return None
+        (node.workdir / "payload").write_bytes(blob)
+        return record
+
+    @staticmethod
+    def _runtime_cap(spec: TaskSpec, record: TaskRecord) -> Deadline | None:
+        """The cap counts from the task's creation, so a replacement node gets only what is
+        left."""
+        if spec.max_run_time_hours is None:
+            return None
+        return Deadline(time.monotonic() + record.created_at + spec.max_run_time_hours * 3600
+                        - time.time())
+
+    def _run_generations(self, spec: TaskSpec, record: TaskRecord, cap: Deadline | None) -> int:
+        number = self.node.records.current_generation()
+        while True:
+            ended = Generation(self.node, number, spec, record).run(cap)
+            if ended is not NodePhase.RESTARTING:
+                return 0 if ended is NodePhase.DONE else 1
+            number += 1
+            self.node.log.event(f"generation {number} is starting (restart {number} of at "
+                                f"most {spec.max_restarts})")
+
+
+def main() -> int:
+    boot, instance_id, address = node_boot()
+    os.environ.pop(BOOT_ENV, None)  # it carries the task's secret: workers do not inherit it
+    agent = Agent(boot, instance_id, address,
+                  Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd())))
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        agent.node.stop_requested.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        return agent.run()
+    except Exception as exc:  # last resort: record why the node died, then exit non-zero
+        agent.node.log("agent crashed:\n" + "".join(traceback.format_exception(exc)))
+        agent.node.records.fail(f"node agent on {instance_id} crashed: {exc!r}")
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""How a failed generation ends: the task's outcome, or the next generation.
+
+Exactly one node decides: the one whose signed claim of the generation's decider key is in the
+object store. It collects the other nodes' failure reports for a moment and names the root
+cause; then it writes the task's outcome or, while ``max_restarts`` allows, stops the lost
+nodes, starts replacements and writes the next generation's restart decision and membership.
+The other nodes wait for that decision.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flow_sdk import wire
+from flow_sdk.node.agent.context import NodeContext
+from flow_sdk.node.agent.timers import Deadline
+from flow_sdk.errors import FlowError
+from flow_sdk.wire import GangMember, NodePhase, Outcome, TaskStatus
+from flow_sdk.providers.base import LaunchRequest
+from flow_sdk.rendezvous import Membership
+from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.spec import TaskSpec
+
+DECIDE_WINDOW_S = 1.0  # how long the decider collects other nodes' reports
+DECISION_WAIT_S = 30.0  # how long other nodes wait for the decider
+DECIDER_SLOTS = 8  # claim slots per generation: a forged claim in one moves the nodes on
+
+
+def conclude(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: NodeStore,
+             report: FailureReport | None) -> NodePhase:
+    """How failed generation ``gen`` ends on this node: FAILED or RESTARTING. ``report`` is
+    what this node saw, when it saw the failure itself."""
+    if report is not None:
+        try:
+            store.report_failure(report)
+        except StoreLost:
+            node.log("the store is gone; deciding on what this node saw")
+    decides = claim_decider(node, gen)
+    if decides is None:
+        node.records.fail(f"node {m.node_rank}: every decider slot of generation {gen} holds a "
+                          "forged claim; nothing can decide how it ends")
+        return NodePhase.FAILED
+    if decides:
+        return _decide(node, gen, spec, m, store, report)
+    return _await_decision(node, gen, m)
+
+
+def claim_decider(node: NodeContext, gen: int) -> bool | None:
+    """Whether this node decides how generation ``gen`` ends: the first node to put its signed
+    claim in the first slot that holds no forged one (every node walks the slots in the same
+    order, so exactly one wins). None when every slot holds a forgery."""
+    for slot in range(DECIDER_SLOTS):
+        claimed = node.records.claim(wire.decider_key(node.task_id, gen, slot))
+        if claimed is not None:
+            return claimed
+    return None
+
+
+def _await_decision(node: NodeContext, gen: int, m: Membership) -> NodePhase:
+    wait = Deadline.after(DECISION_WAIT_S)
+    while not wait.passed():
+        if node.records.restart_decided(gen + 1):
+            return NodePhase.RESTARTING
+        if node.records.outcome_written():
+            return NodePhase.FAILED
+        time.sleep(0.05)
+    node.records.fail(f"node {m.node_rank}: no node decided how generation {gen} ends within "
+                      f"{DECISION_WAIT_S:.0f}s")
+    return NodePhase.FAILED
+
+
+def _decide(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: NodeStore,
+            report: FailureReport | None) -> NodePhase:
+    time.sleep(DECIDE_WINDOW_S)  # let the other nodes' reports of the same event arrive
+    root = _root_cause(store, m, report)
+    if (root.status == TaskStatus.TIMED_OUT.value or gen >= spec.max_restarts
+            or node.records.cancelled()):
+        restarts = f" after {gen} restart(s)" if gen else ""
+        node.records.write_outcome(Outcome(
+            root.status, root.message + restarts, time.time(), node=root.node, rank=root.rank,
+            exit_code=root.exit_code, signal_name=root.signal_name,
+            log_tail=list(root.log_tail), has_error_payload=root.has_error_payload))
+        return NodePhase.FAILED
+    return _restart(node, gen, spec, m, root)
+
+
+def _root_cause(store: NodeStore, m: Membership, report: FailureReport | None) -> FailureReport:
+    """The first cause among every node's reports (a killed worker or lost node ranks before
+    a peer's exception it caused)."""
+    try:
+        reports = store.failure_reports()
+    except StoreLost:
+        reports = []
+    if report is not None and report not in reports:
+        reports.append(report)
+    if not reports:
+        return FailureReport(node=m.node_rank, status=TaskStatus.FAILED.value,
+                             observed_at=time.time(),
+                             message="a node reported a failure but no report survived")
+    return min(reports, key=FailureReport.root_cause_key)
+
+
+def _restart(node: NodeContext, gen: int, spec: TaskSpec, m: Membership,
+             root: FailureReport) -> NodePhase:
+    """Replaces the lost nodes and opens generation ``gen + 1``; FAILED when this node is one
+    of those replaced, or when the provider refuses."""
+    running = {i.instance_id for i in node.provider.list_instances(node.task_id)
+               if i.state == "running"}
+    lost = [iid for rank, iid in enumerate(m.instance_ids)
+            if iid not in running or (root.lost and rank == root.node)]
+    cause = root.message.splitlines()[0]
+    node.log.event(f"generation {gen} failed ({cause}); restart {gen + 1} of "
+                   f"{spec.max_restarts}" + (f", replacing {', '.join(lost)}" if lost else ""))
+    others = [iid for iid in lost if iid != node.instance_id]
+    try:
+        if others:
+            node.provider.terminate_instances(node.task_id, others)
+        node.records.write_restart(gen + 1, root, lost)
+        added = node.provider.add_instances(
+            LaunchRequest(node.task_id, spec, node.boot), len(lost)) if lost else []
+        kept = [GangMember(iid, address) for iid, address in zip(m.instance_ids, m.addresses)
+                if iid not in lost]
+        node.records.write_members(gen + 1, kept + [GangMember(i.instance_id, i.address)
+                                                    for i in added])
+        if node.instance_id in lost:  # this node is the lost one (e.g. a spot interruption):
+            node.log.event("this node is being replaced; terminating it")  # it goes last
+            node.provider.terminate_instances(node.task_id, [node.instance_id])
+            return NodePhase.FAILED
+    except FlowError as exc:
+        node.records.fail(f"could not restart after {cause}: {exc}")
+        return NodePhase.FAILED
+    return NodePhase.RESTARTING

@@ -1,0 +1,186 @@
+"""One generation's watch over this node's workers and the gang's store, until it ends.
+
+Every ``POLL_S`` the workers are polled; every ``WATCH_S`` the store is read (peers' failures,
+completion, heartbeats, the runtime cap); every ``INTERRUPTION_CHECK_S`` the provider is asked
+for an interruption notice, and every ``CANCEL_CHECK_S`` the store for a cancel request.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from flow_sdk.node.agent.context import NodeContext
+from flow_sdk.node.agent.timers import Deadline, Every
+from flow_sdk.node.agent.workers import WorkerExit, WorkerGroup
+from flow_sdk.errors import FlowError
+from flow_sdk.wire import NodePhase, Outcome, TaskStatus
+from flow_sdk.rendezvous import Membership
+from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+
+POLL_S = 0.05  # how often workers are polled
+WATCH_S = 0.25  # how often the store is read (failures, completion, heartbeats)
+HEARTBEAT_TIMEOUT_S = 6.0  # a node whose counter did not move for this long is lost
+CANCEL_CHECK_S = 2.0
+INTERRUPTION_CHECK_S = 5.0  # how often a node asks its provider for an interruption notice
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The generation failed; the decider decides whether the task ends or restarts
+    (``recovery.conclude``). ``report`` is what this node saw, when it saw the failure."""
+
+    report: FailureReport | None = None
+
+
+# How a watch ends: DONE (every worker succeeded), FAILED (cancelled or stopped: nothing to
+# decide), or a Failure to decide on.
+Watched = NodePhase | Failure
+
+
+class PeerHeartbeats:
+    """The leader's view of its peers' heartbeat counters: a counter that did not move for
+    HEARTBEAT_TIMEOUT_S is a lost node."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[int, float]] = {}  # node -> (counter, when it last moved)
+
+    def lost(self, store: NodeStore, finished: set[int], now: float) -> FailureReport | None:
+        """The first node whose heartbeat stopped moving, if any."""
+        for node, count in enumerate(store.heartbeats()):
+            if node in finished or node == 0:
+                continue
+            previous = self._seen.get(node)
+            if previous is None or previous[0] != count:
+                self._seen[node] = (count, now)
+            elif now - previous[1] > HEARTBEAT_TIMEOUT_S:
+                return FailureReport(
+                    node=node, status=TaskStatus.FAILED.value,
+                    message=f"node {node} ({store.m.instance_ids[node]}, "
+                            f"{store.m.addresses[node]}) was lost: no heartbeat for "
+                            f"{now - previous[1]:.1f}s",
+                    observed_at=time.time() - (now - previous[1]), lost=True)
+        return None
+
+
+class Watch:
+    """Watches one generation on this node; ``run`` returns how the watch ended."""
+
+    def __init__(self, node: NodeContext, m: Membership, store: NodeStore,
+                 workers: WorkerGroup, cap: Deadline | None) -> None:
+        self.node, self.m, self.store, self.workers, self.cap = node, m, store, workers, cap
+        self.done = False  # every worker on this node succeeded and its results are stored
+        self.peers = PeerHeartbeats()
+        self.store_check = Every(WATCH_S)
+        self.notice_check: Every | None = Every(INTERRUPTION_CHECK_S)  # None: cannot ask
+        self.cancel_check = Every(CANCEL_CHECK_S)
+
+    def run(self) -> Watched:
+        try:
+            while True:
+                ended = self._step()
+                if ended is not None:
+                    return ended
+                time.sleep(POLL_S)
+        except StoreLost as exc:
+            self.node.log(str(exc))
+            return Failure(FailureReport(
+                node=0, status=TaskStatus.FAILED.value, message=f"node {self.m.node_rank}: {exc}",
+                observed_at=time.time(), lost=True))
+
+    def _step(self) -> Watched | None:
+        if self.node.stop_requested.is_set():
+            self.node.log("stop requested (SIGTERM): stopping workers")
+            return NodePhase.FAILED
+        ended = self._check_workers()
+        if ended is not None:
+            return ended
+        now = time.monotonic()
+        for check in (self._check_store, self._check_notice, self._check_cancel):
+            ended = check(now)
+            if ended is not None:
+                return ended
+        return None
+
+    def _check_workers(self) -> Watched | None:
+        for exit_ in self.workers.poll():
+            if exit_.returncode != 0:
+                report = self._worker_failure(exit_)
+                self.node.log(report.message.splitlines()[0])
+                return Failure(report)
+        if not self.done and self.workers.all_succeeded:
+            self._upload_results()
+            self.store.mark_done()
+            self.done = True
+            self.node.log("all workers on this node succeeded")
+            if not self.m.is_leader:
+                return NodePhase.DONE
+        return None
+
+    def _check_store(self, now: float) -> Watched | None:
+        if not self.store_check.due(now):
+            return None
+        if not self.done:
+            self.store.heartbeat()
+        if self.store.failed():
+            self.node.log("another node failed: stopping workers")
+            return Failure()
+        if self.m.is_leader:
+            finished = self.store.done_nodes()
+            if len(finished) == self.m.num_nodes:
+                self.node.records.write_outcome(Outcome(TaskStatus.SUCCEEDED.value,
+                                                        "every rank returned", time.time()))
+                return NodePhase.DONE
+            lost = self.peers.lost(self.store, finished, now)
+            if lost is not None:
+                self.node.log.event(lost.message)
+                return Failure(lost)
+        if self.cap is not None and self.cap.passed(now):
+            return Failure(FailureReport(
+                node=self.m.node_rank, status=TaskStatus.TIMED_OUT.value,
+                message="the task reached its max_run_time_hours cap and was stopped on the "
+                        "nodes", observed_at=time.time()))
+        return None
+
+    def _check_notice(self, now: float) -> Watched | None:
+        if self.notice_check is None or self.done or not self.notice_check.due(now):
+            return None
+        try:
+            notice = self.node.provider.interruption_notice(self.node.instance_id)
+        except FlowError as exc:
+            self.notice_check = None
+            self.node.log(f"cannot read interruption notices, not asking again: {exc}")
+            return None
+        if notice is None:
+            return None
+        message = (f"node {self.m.node_rank} ({self.node.instance_id}) is being taken away: "
+                   f"{notice}")
+        self.node.log(message)
+        return Failure(FailureReport(node=self.m.node_rank, status=TaskStatus.FAILED.value,
+                                     message=message, observed_at=time.time(), lost=True))
+
+    def _check_cancel(self, now: float) -> Watched | None:
+        if self.cancel_check.due(now) and self.node.records.cancelled():
+            self.node.log("task cancelled: stopping workers")
+            return NodePhase.FAILED
+        return None
+
+    def _worker_failure(self, exit_: WorkerExit) -> FailureReport:
+        error_file = self.workers.error_path(exit_.rank)
+        has_error = error_file.exists()
+        if has_error:
+            self.node.records.put_error(exit_.rank, error_file.read_bytes())
+        tail = self.workers.tail(exit_.rank)
+        message = f"node {self.m.node_rank} rank {exit_.rank}: worker {exit_.describe()}"
+        if tail:
+            message += "; last lines:\n  " + "\n  ".join(tail[-10:])
+        return FailureReport(node=self.m.node_rank, status=TaskStatus.FAILED.value,
+                             message=message, observed_at=exit_.observed_at, rank=exit_.rank,
+                             exit_code=exit_.returncode if exit_.returncode > 0 else None,
+                             signal_name=exit_.signal_name, log_tail=tuple(tail),
+                             has_error_payload=has_error)
+
+    def _upload_results(self) -> None:
+        for w in self.workers.workers:
+            w.join_output(5.0)  # every line is in the log store before the node reports done
+            self.node.records.put_result(w.rank, self.workers.result_path(w.rank).read_bytes())

@@ -1,0 +1,111 @@
+"""One worker process: check the payload, run the function, write its result or its error.
+
+Started by the node agent as ``python -m flow_sdk.node.agent.worker`` with the rendezvous
+environment already set. Exit code 0 means a result file was written; 1 means an error file.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from flow_sdk import payload, tracebacks
+from flow_sdk.errors import PayloadError
+from flow_sdk.node import headjob
+from flow_sdk.payload import Call, CodeOrigins
+
+_PR_SET_PDEATHSIG = 1
+DEFAULT_MAX_RESULT_BYTES = 1 << 30  # results travel through the object store; 1 GiB at most
+
+
+def _die_with_agent() -> None:
+    """Ask Linux to SIGKILL this process when the agent that started it dies."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    agent_pid = int(os.environ.get("FLOW_AGENT_PID", "0"))
+    if agent_pid and os.getppid() != agent_pid:  # the agent died before prctl took effect
+        os._exit(137)
+
+
+def _write(path: Path, data: bytes) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def _error_blob(exc: BaseException, origins: CodeOrigins) -> bytes:
+    """The error file: the exception (when it pickles), its traceback as data for the caller
+    to render with its own source (``captured``), and as this node renders it."""
+    captured = tracebacks.capture(exc, origins)
+    text = tracebacks.render(captured)
+    print(text, end="", file=sys.stderr)
+    info: dict[str, Any] = {
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "traceback": text,
+        "captured": captured,
+    }
+    try:
+        return payload.dumps({**info, "exception": exc})
+    except PayloadError:  # the exception object itself does not pickle: ship its text
+        return payload.dumps(info)
+
+
+def _run(call: Call) -> Any:
+    """The call; in a ``run_on="head"`` task (the agent gave this worker the head job's link
+    key) through the head job: rank 0 runs it with its pool open, the others serve the pool."""
+    if headjob.KEY_ENV in os.environ:
+        return headjob.run_head_only(call.fn, call.args, call.kwargs)
+    return call.fn(*call.args, **call.kwargs)
+
+
+def main() -> int:
+    _die_with_agent()
+    blob = Path(os.environ["FLOW_PAYLOAD_PATH"]).read_bytes()
+    result_path = Path(os.environ["FLOW_RESULT_PATH"])
+    error_path = Path(os.environ["FLOW_ERROR_PATH"])
+    if payload.digest(blob) != os.environ["FLOW_PAYLOAD_DIGEST"]:
+        exc = PayloadError("payload does not match the digest it was stored under; refusing "
+                           "to unpickle it")
+        _write(error_path, _error_blob(exc, {}))
+        return 1
+    limit = int(os.environ.get("FLOW_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES))
+    origins: CodeOrigins = {}
+    try:
+        call = payload.unpack_call(blob)
+        origins = call.origins
+        result = _run(call)
+        data = payload.dumps(result)
+        if len(data) > limit:
+            raise PayloadError(
+                f"the return value of rank {os.environ.get('RANK', '0')} is {len(data):,} bytes "
+                f"serialized, above the {limit:,}-byte limit for results; write large outputs to "
+                "a volume or object store and return their path (FLOW_MAX_RESULT_BYTES sets "
+                "the limit)")
+    except Exception as exc:  # the user's code may raise anything: ship it to the caller
+        _write(error_path, _error_blob(exc, origins))
+        return 1
+    _write(result_path, data)
+    return 0
+
+
+def run_and_exit() -> None:
+    """Run, then leave without C++ static teardown: libraries such as gloo can abort the
+    process there ("terminate called without an active exception") after the result was
+    written. Python's atexit handlers still run."""
+    code = main()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    run_and_exit()

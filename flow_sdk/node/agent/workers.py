@@ -1,0 +1,154 @@
+"""The worker processes of one node: start them, stream their output, watch and stop them."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from flow_sdk import wire
+from flow_sdk import procs
+from flow_sdk.providers.base import LogRecord, LogStore
+
+TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    local_rank: int
+    rank: int
+    returncode: int
+    observed_at: float
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode < 0:
+            return signal.Signals(-self.returncode).name
+        return None
+
+    def describe(self) -> str:
+        if self.signal_name:
+            return f"was killed by {self.signal_name}"
+        return f"exited with code {self.returncode}"
+
+
+class _Worker:
+    def __init__(self, local_rank: int, rank: int, proc: subprocess.Popen[bytes],
+                 log_store: LogStore, task_id: str, stream: str) -> None:
+        self.local_rank = local_rank
+        self.rank = rank
+        self.proc = proc
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.exit: WorkerExit | None = None
+        self._writer = log_store.writer(task_id, stream)
+        self._pump = threading.Thread(target=self._pump_output, name=f"log-{stream}", daemon=True)
+        self._pump.start()
+
+    def _pump_output(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            self.tail.append(text)
+            self._writer.write([LogRecord(time.time(), text)])
+        self._writer.close()
+
+    def join_output(self, timeout_s: float) -> None:
+        self._pump.join(timeout_s)
+
+
+class WorkerGroup:
+    """One process per slot, each in a session of its own (so its children can be stopped too)."""
+
+    def __init__(self, *, workdir: Path, log_store: LogStore, task_id: str, node_rank: int,
+                 envs: Sequence[Mapping[str, str]], pids_file: Path, payload_digest: str,
+                 generation: int = 0) -> None:
+        self.workdir = workdir
+        self._log_store = log_store
+        self._task_id = task_id
+        self._node_rank = node_rank
+        self._envs = envs
+        self._pids_file = pids_file
+        self._payload_digest = payload_digest
+        self._generation = generation
+        self.workers: list[_Worker] = []
+        self._results = workdir / "results" / f"g{generation}"  # a restart starts clean
+        self._results.mkdir(parents=True, exist_ok=True)
+
+    def result_path(self, rank: int) -> Path:
+        return self._results / f"result-{rank}"
+
+    def error_path(self, rank: int) -> Path:
+        return self._results / f"error-{rank}"
+
+    def start(self) -> None:
+        for local_rank, extra in enumerate(self._envs):
+            # the agent's own count, not the env's: in distributed_mode="manual" the user's
+            # environment may set RANK (or FLOW_NODE_RANK) for their own rendezvous
+            rank = self._node_rank * len(self._envs) + local_rank
+            env = dict(os.environ)
+            env.update(extra)
+            env.update({"PYTHONUNBUFFERED": "1", "FLOW_AGENT_PID": str(os.getpid()),
+                        "FLOW_PAYLOAD_PATH": str(self.workdir / "payload"),
+                        "FLOW_PAYLOAD_DIGEST": self._payload_digest,
+                        "FLOW_RESULT_PATH": str(self.result_path(rank)),
+                        "FLOW_ERROR_PATH": str(self.error_path(rank))})
+            if "RANK" in extra and "TORCHELASTIC_ERROR_FILE" not in extra:  # like torchrun's,
+                env["TORCHELASTIC_ERROR_FILE"] = str(  # for torch.distributed.elastic's @record
+                    self._results / f"torchelastic-error-{rank}.json")
+            proc = subprocess.Popen([sys.executable, "-m", "flow_sdk.node.agent.worker"],
+                                    cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            stream = wire.rank_stream(self._node_rank, rank)
+            self.workers.append(_Worker(local_rank, rank, proc, self._log_store,
+                                        self._task_id, stream))
+            with open(self._pids_file, "a") as fh:
+                fh.write(f"{proc.pid}\n")
+
+    def poll(self) -> list[WorkerExit]:
+        """Workers that exited since the last call."""
+        exits = []
+        for w in self.workers:
+            if w.exit is None and w.proc.poll() is not None:
+                w.exit = WorkerExit(w.local_rank, w.rank, w.proc.returncode, time.time())
+                exits.append(w.exit)
+        return exits
+
+    @property
+    def all_succeeded(self) -> bool:
+        return all(w.exit is not None and w.exit.returncode == 0 for w in self.workers)
+
+    def tail(self, rank: int) -> list[str]:
+        for w in self.workers:
+            if w.rank == rank:
+                w.join_output(2.0)
+                return list(w.tail)
+        return []
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """Stop every worker and everything it started: SIGTERM, then SIGKILL after the grace."""
+        live = [w for w in self.workers if w.proc.poll() is None]
+        for w in live:
+            _signal_group(w.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(w.proc.poll() is None for w in live):
+            time.sleep(0.05)
+        for w in self.workers:  # the worker's own children may outlive it: reach its group
+            procs.kill_group(w.proc.pid, grace_s=0.0 if w.proc.poll() is None else 0.5)
+            w.proc.wait()
+        for w in self.workers:
+            w.join_output(2.0)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return

@@ -1,0 +1,103 @@
+"""What code running inside a task can ask about its place in it (Metaflow's ``current``).
+
+    from flow_sdk import current
+    if current.is_main: ...
+
+Every attribute reads the environment the node agent set. Outside a task they describe a
+single process (rank 0 of 1), so the same code runs under a plain ``fn()`` call.
+
+Volumes and S3 mounts: ``current.path("/shared/ckpt")`` is where this process finds the mount
+path ``/shared/ckpt`` (and anything under it). On cloud nodes, and on local nodes that have a
+private mount namespace, that is the path itself; where local nodes cannot have one, it is the
+volume's directory under the flow data dir (see ``flow_sdk.volumes``). Code that goes through
+``current.path`` runs unchanged everywhere. ``current.path(p, write=True)`` also refuses a path
+on a read-only S3 mount with ``ReadOnlyMountError`` (``errno.EROFS``). ``current.mounts`` maps
+every mount path of the task to the path used for it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flow_sdk.volumes.paths import mounts as _mounts
+from flow_sdk.volumes.paths import path
+
+__all__ = ["task_id", "node_index", "num_nodes", "main_ip", "rank", "local_rank", "world_size",
+           "local_world_size", "is_main", "restart_count", "in_task", "mounts", "path",
+           "parallel"]
+
+
+class Parallel:
+    """Metaflow's ``current.parallel``: the same values as ``current``, under Metaflow's
+    names. ``control_task_id`` is the task's id (every node of a flow task belongs to one
+    task, whose node 0 is the control node)."""
+
+    @property
+    def main_ip(self) -> str:
+        """The control node's (node 0's) address."""
+        return str(_read("main_ip"))
+
+    @property
+    def node_index(self) -> int:
+        """This node's index: 0 on the control node."""
+        return _int("FLOW_NODE_RANK", 0)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in the task."""
+        return _int("FLOW_NUM_NODES", 1)
+
+    @property
+    def control_task_id(self) -> str | None:
+        """The task's id (``None`` outside a task)."""
+        value = _read("task_id")
+        return value if isinstance(value, str) else None
+
+    def __repr__(self) -> str:
+        return (f"Parallel(main_ip={self.main_ip!r}, node_index={self.node_index}, "
+                f"num_nodes={self.num_nodes})")
+
+
+_PARALLEL = Parallel()
+
+def _int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def _read(name: str) -> object:
+    if name == "task_id":
+        return os.environ.get("FLOW_TASK_ID")
+    if name == "in_task":
+        return "FLOW_TASK_ID" in os.environ
+    if name == "node_index":
+        return _int("FLOW_NODE_RANK", 0)
+    if name == "num_nodes":
+        return _int("FLOW_NUM_NODES", 1)
+    if name == "main_ip":
+        return os.environ.get("FLOW_MAIN_IP", "127.0.0.1")
+    if name == "rank":
+        return _int("RANK", _int("FLOW_NODE_RANK", 0))
+    if name == "local_rank":
+        return _int("LOCAL_RANK", 0)
+    if name == "world_size":
+        return _int("WORLD_SIZE", _int("FLOW_NUM_NODES", 1))
+    if name == "local_world_size":
+        return _int("LOCAL_WORLD_SIZE", 1)
+    if name == "is_main":
+        return _read("rank") == 0
+    if name == "restart_count":
+        return _int("FLOW_RESTART_COUNT", 0)
+    if name == "parallel":
+        return _PARALLEL
+    if name == "mounts":
+        return _mounts()
+    raise AttributeError(f"flow_sdk.current has no attribute {name!r}; available: {', '.join(__all__)}")
+
+
+def __getattr__(name: str) -> object:
+    return _read(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,141 @@
+"""The head's pool over real loopback sockets: authenticated joins, calls in rank order, a
+worker's failure raised at the head, and torchrun's variables for a call's layout."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from flow_sdk import payload
+from flow_sdk.node import headjob
+from flow_sdk.node.agent import worker
+from flow_sdk.errors import ValidationError
+from flow_sdk.procs import free_port
+from flow_sdk.spec import build_task_spec
+
+KEY = secrets.token_bytes(32)
+
+
+@contextmanager
+def _pool(world_size: int) -> Iterator[headjob.HeadPool]:
+    port = free_port()
+    pool = headjob.HeadPool(KEY, "127.0.0.1", port, world_size, workers_per_node=1)
+    threads = []
+    for rank in range(1, world_size):
+        def serve(rank: int = rank) -> None:
+            link = headjob._connect(KEY, "127.0.0.1", port, rank)
+            with link.sock:
+                headjob._serve(link)
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        threads.append(thread)
+    try:
+        yield pool
+    finally:
+        pool.close()
+        for thread in threads:
+            thread.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)  # close() stops every worker
+
+
+def _times_ten(value: int) -> int:
+    return value * 10
+
+
+def test_a_call_runs_on_the_chosen_ranks_in_rank_order() -> None:
+    with _pool(3) as pool:
+        assert pool.ranks() == [0, 1, 2] and pool.ranks(2) == [0, 1]
+        assert pool.run(_times_ten, (4,), [0, 1, 2]) == [40, 40, 40]
+        assert pool.run(_times_ten, (5,), [0, 2]) == [50, 50]  # several calls, a subset
+
+
+def test_a_workers_exception_is_raised_at_the_head() -> None:
+    with _pool(2) as pool:
+        with pytest.raises(headjob.HeadJobError, match="worker failure 7"):
+            pool.run(_fail_on_workers, (7,), [0, 1])
+
+
+def _fail_on_workers(value: int) -> int:
+    if threading.current_thread() is not threading.main_thread():  # the head runs in the test's
+        raise RuntimeError(f"worker failure {value}")  # thread, its workers in threads of theirs
+    return value
+
+
+def test_a_client_without_the_key_is_turned_away() -> None:
+    port = free_port()
+    pool = headjob.HeadPool(KEY, "127.0.0.1", port, 2, workers_per_node=1)
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            nonce = headjob._read_exact(sock, 16)
+            wrong = headjob._proof(secrets.token_bytes(32), nonce, 1)
+            sock.sendall(struct.pack("!Q", 1) + wrong)
+            assert sock.recv(1) == b""  # closed without a word
+        with pytest.raises(headjob.HeadJobError, match=r"rank\(s\) \[1\]"):
+            pool.run(_times_ten, (1,), [0, 1], timeout_s=0.5)
+    finally:
+        pool.close(straggler_timeout_s=0)
+
+
+def test_a_worker_that_connects_after_the_heads_function_returned_is_told_to_stop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded machine starts rank 1 late: the head's function has returned already. The
+    head waits for it and tells it to stop; before, rank 1 retried a closed port."""
+    monkeypatch.setattr(headjob, "CONNECT_TIMEOUT_S", 5.0)  # how long rank 1 keeps trying
+    port = free_port()
+    pool = headjob.HeadPool(KEY, "127.0.0.1", port, 2, workers_per_node=1)
+    closer = threading.Thread(target=pool.close, daemon=True)
+    closer.start()
+    time.sleep(0.5)
+    assert closer.is_alive()  # still listening, for rank 1
+    link = headjob._connect(KEY, "127.0.0.1", port, 1)
+    with link.sock:
+        headjob._serve(link)  # returns: told to stop
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+
+
+def test_layout_env_gives_each_participant_torchruns_variables() -> None:
+    ranks = [0, 1, 2, 3]  # 2 nodes x 2 workers
+    env = headjob.layout_env(ranks, 2, 3, 29511)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == (
+        "3", "4", "1", "2")
+    assert (env["GROUP_RANK"], env["GROUP_WORLD_SIZE"], env["MASTER_PORT"]) == ("1", "2", "29511")
+    first_workers = headjob.layout_env([0, 2], 2, 1, 1)  # local rank 0 of each node
+    assert (first_workers["RANK"], first_workers["LOCAL_RANK"],
+            first_workers["LOCAL_WORLD_SIZE"], first_workers["FLOW_NODE_RANK"]) == (
+        "1", "0", "1", "1")
+
+
+def test_run_on_head_needs_auto_mode_and_the_worker_routes_through_the_head_job(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValidationError, match="run_on"):
+        build_task_spec(app="a", name="n", run_on="head", distributed_mode="manual")
+    with pytest.raises(ValidationError, match="run_on"):
+        build_task_spec(app="a", name="n", run_on="head-node")
+    call = payload.Call(_times_ten, (1,), {}, {})
+    monkeypatch.delenv(headjob.KEY_ENV, raising=False)
+    assert worker._run(call) == 10  # no link key: the plain call
+    monkeypatch.setenv(headjob.KEY_ENV, "zz" * 32)  # a link key: through the head job
+    with pytest.raises(headjob.HeadJobError, match="64-hex-digit"):
+        worker._run(call)
+
+
+def test_the_link_key_comes_from_the_task_secret_never_from_the_payload(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = secrets.token_bytes(32)
+    key = headjob.link_key(secret)
+    assert len(key) == 64 and key == headjob.link_key(secret) != headjob.link_key(KEY)
+    assert key != secret.hex()  # derived: a worker's environment never holds the secret
+    monkeypatch.delenv(headjob.KEY_ENV, raising=False)
+    with pytest.raises(headjob.HeadJobError, match=headjob.KEY_ENV):
+        headjob.run_head_only(_times_ten, (1,), {})
+    monkeypatch.setenv(headjob.KEY_ENV, "zz" * 32)
+    with pytest.raises(headjob.HeadJobError, match="64-hex-digit"):
+        headjob.run_head_only(_times_ten, (1,), {})

@@ -1,0 +1,176 @@
+"""Forged objects in a live task's store are refused before anything of them is unpickled or
+run: results and error payloads on the client, the task record and payload on a node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from flow_testing import agent_pid, wait_until
+from flow_sdk import FlowApp, payload, tasksecrets, wire
+from flow_sdk.wire import signing
+from flow_sdk.errors import SignatureError
+from flow_sdk.wire import BootConfig, TaskRecord, TaskStatus
+from flow_sdk.providers.base import LaunchRequest
+from flow_sdk.providers.local import LocalProvider
+from flow_sdk.spec import build_task_spec
+from flow_sdk.client.records import save_client_record
+from flow_sdk.client.task import Task
+
+pytestmark = pytest.mark.slow
+
+app = FlowApp("forgery")
+
+
+class Evil:
+    """Unpickling it creates ``marker``: proof that a forged pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[Path]]:
+        return Path.touch, (self.marker,)
+
+
+@app.function(num_instances=1)
+def answer() -> int:
+    return 42
+
+
+@app.function(num_instances=1)
+def boom() -> int:
+    raise ValueError("boom")
+
+
+def test_the_forged_pickle_would_run_if_it_were_unpickled(tmp_path: Path) -> None:
+    marker = tmp_path / "control"
+    payload.loads(payload.dumps(Evil(marker)))
+    assert marker.exists()  # the control: the refusals below are what keeps it from running
+
+
+def test_a_forged_result_is_refused_before_unpickling(tmp_path: Path) -> None:
+    task = answer.spawn()
+    assert task.result(timeout=120) == 42
+    marker = tmp_path / "ran"
+    key = wire.result_key(task.task_id, 0)
+    forged = payload.dumps(Evil(marker))
+    other = signing.secret_from_hex(signing.new_secret())
+    for blob in (forged, signing.seal_blob(other, key, forged)):
+        task.provider.store.put(key, blob)
+        with pytest.raises(SignatureError, match=key) as info:
+            Task.from_id(task.task_id).result(timeout=5)
+        assert info.value.key == key
+    assert not marker.exists()
+
+
+def test_a_forged_error_payload_is_refused_before_unpickling(tmp_path: Path) -> None:
+    task = boom.spawn()
+    assert task.wait(timeout=120) is TaskStatus.FAILED
+    outcome = task.outcome()
+    assert outcome is not None and outcome.has_error_payload
+    marker = tmp_path / "ran"
+    key = wire.error_key(task.task_id, 0)
+    task.provider.store.put(key, payload.dumps(Evil(marker)))
+    with pytest.raises(SignatureError, match=key):
+        task.result(timeout=5)
+    assert not marker.exists()
+
+
+def _launch_by_hand(provider: LocalProvider, blob: bytes, stored_blob: bytes,
+                    rewrite: dict[str, str] | None = None) -> Task:
+    """What launch_task does, except that the payload stored is ``stored_blob`` and the
+    signed record's fields are then changed by ``rewrite`` (its MAC kept)."""
+    spec = build_task_spec(app="forgery", name="answer", provider="local", num_instances=1)
+    task_id = f"forged-{time.time_ns()}"
+    secret = signing.new_secret()
+    tasksecrets.save_task_secret(task_id, secret)
+    save_client_record(task_id, provider, {"app": "forgery", "name": "answer"})
+    digest = payload.digest(blob)
+    provider.store.put(wire.payload_key(digest), stored_blob)
+    rdzv, master = provider.rendezvous_ports()
+    record = TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), rdzv, master)
+    key = wire.task_key(task_id)
+    fields = json.loads(signing.seal_record(bytes.fromhex(secret), key, record.__dict__))
+    provider.store.put(key, json.dumps({**fields, **(rewrite or {})}).encode())
+    boot = BootConfig(task_id, "local", provider.config(), secret=secret)
+    provider.launch(LaunchRequest(task_id, spec, boot))
+    return Task(task_id, provider)
+
+
+def _refused(task: Task, marker: Path) -> str:
+    assert task.wait(timeout=120) is TaskStatus.FAILED
+    outcome = task.outcome()
+    assert outcome is not None and "refused to run the task" in outcome.message
+    assert not marker.exists()
+    return outcome.message
+
+
+def test_a_rewritten_payload_is_refused_by_the_node(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    blob = payload.pack_call(answer.fn, (), {})
+    task = _launch_by_hand(LocalProvider(), blob, payload.pack_call(Path.touch, (marker,), {}))
+    message = _refused(task, marker)
+    assert wire.payload_key(payload.digest(blob)) in message
+    assert "SHA-256 does not match" in message
+
+
+def test_a_rewritten_task_record_is_refused_by_the_node(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    provider = LocalProvider()
+    evil = payload.pack_call(Path.touch, (marker,), {})
+    provider.store.put(wire.payload_key(payload.digest(evil)), evil)
+    blob = payload.pack_call(answer.fn, (), {})
+    task = _launch_by_hand(provider, blob, blob, {"payload_digest": payload.digest(evil)})
+    message = _refused(task, marker)
+    assert wire.task_key(task.task_id) in message and "MAC does not match" in message
+
+
+@app.function(num_instances=2, max_restarts=1)
+def steady() -> int:
+    import time as _time
+
+    from flow_sdk import current
+    print("ready", flush=True)
+    if current.restart_count == 0:
+        _time.sleep(300)  # generation 0 ends when node 1 is lost
+    return current.restart_count
+
+
+@pytest.mark.parametrize("what", ["record", "payload"])
+def test_a_replacement_node_refuses_a_rewritten_record_or_payload(tmp_path: Path,
+                                                                   what: str) -> None:
+    task = steady.spawn()
+    wait_until(lambda: sum("ready" in line for line in task.logs()) == 2, 90, "2 ranks ready")
+    marker = tmp_path / "ran"
+    evil = payload.pack_call(Path.touch, (marker,), {})
+    store = task.provider.store
+    if what == "record":  # another digest, the MAC kept
+        store.put(wire.payload_key(payload.digest(evil)), evil)
+        key = wire.task_key(task.task_id)
+        raw = store.get(key)
+        assert raw is not None
+        store.put(key, json.dumps({**json.loads(raw),
+                                   "payload_digest": payload.digest(evil)}).encode())
+    else:  # other bytes under the signed digest
+        key = wire.payload_key(task.record().payload_digest)
+        store.put(key, evil)
+    provider = task.provider
+    assert isinstance(provider, LocalProvider)
+    lost = next(n.instance_id for n in task.nodes() if n.node == 1)
+    gang = {i.instance_id for i in provider.list_instances(task.task_id)}
+    os.kill(agent_pid(provider, task.task_id, lost), signal.SIGKILL)
+    killed = time.monotonic()
+    assert task.wait(timeout=120) is TaskStatus.FAILED
+    print(f"rewritten {what}: refused by the replacement, FAILED {time.monotonic() - killed:.2f}"
+          " s after the node was killed")
+    outcome = task.outcome()
+    assert outcome is not None and "refused to run the task" in outcome.message
+    assert key in outcome.message
+    replacement = {i.instance_id for i in provider.list_instances(task.task_id)} - gang
+    assert len(replacement) == 1 and next(iter(replacement)) in outcome.message
+    assert not marker.exists()

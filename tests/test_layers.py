@@ -269,3 +269,16 @@ def test_the_import_scan_sees_every_import(tmp_path: Path) -> None:
     module.write_text("import json\ndef f():\n    from pydantic import BaseModel\n"
                       "from . import x\n", encoding="utf-8")
     assert _imports(module) == {"json", "pydantic", "."}
+
+
+def test_nothing_in_the_aws_provider_mentions_the_simulated_cloud() -> None:
+    """The simulated cloud plugs in through the node-runtime seam; the AWS provider's code,
+    comments included, knows only EC2 and AWS-compatible endpoints."""
+    pattern = re.compile(r"simulat|\bsim\b|flow_sdk\.sim|moto", re.IGNORECASE)
+    mentions = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+                for path in sorted((REPO / "flow_sdk" / "providers" / "aws").rglob("*"))
+                if path.is_file() and "__pycache__" not in path.parts
+                for number, line in enumerate(
+                    path.read_text(encoding="utf-8").splitlines(), start=1)
+                if pattern.search(line)]
+    assert mentions == []

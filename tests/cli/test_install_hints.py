@@ -50,7 +50,7 @@ def test_every_install_line_is_rendered_by_the_one_helper() -> None:
                and "pip install" in node.value and path.name != "errors.py"]
     assert written == []
     modules = {module for module, _ in _hint_calls()}
-    assert modules == {"ssh.py", "cli/infra.py", "data/_torch.py", "data/_s3.py",
+    assert modules == {"client/ssh.py", "cli/infra.py", "data/_torch.py", "data/_s3.py",
                        "data/_xgboost.py", "volumes/s3mount.py", "providers/__init__.py",
                        "sdkwheel.py", "sim/_server.py"}
 

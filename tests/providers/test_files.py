@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -7,6 +10,7 @@ import pytest
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.base import LogRecord
 from flow_sdk.providers.local import FileLogStore, FileObjectStore
+from flow_sdk.providers.local._files import replace_file
 
 
 def test_object_store_put_get_list_delete(tmp_path: Path) -> None:
@@ -88,3 +92,36 @@ def test_a_local_tasks_store_logs_and_node_folders_are_the_users_alone(flow_home
             checked += 1
     assert checked > 20
     assert len(list((root / "store").rglob("results/*"))) == 2
+
+
+def _torn_reads(tmp_path: Path, write: Callable[[Path, str], object]) -> int:
+    """Reads of a JSON record that another thread rewrites 3,000 times: how many saw it empty
+    or half written."""
+    tmp_path.mkdir()
+    path = tmp_path / "i-0.json"
+    path.write_text(json.dumps({"terminated": False, "pad": "x" * 4096}))
+    done = threading.Event()
+
+    def rewrite() -> None:
+        for n in range(3000):
+            write(path, json.dumps({"terminated": n % 2 == 0, "pad": "x" * 4096}))
+        done.set()
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    torn = 0
+    while not done.is_set():
+        try:
+            json.loads(path.read_text())
+        except ValueError:
+            torn += 1
+    writer.join()
+    return torn
+
+
+def test_a_rewritten_instance_record_is_never_read_half_written(tmp_path: Path) -> None:
+    """``flow logs -f`` lists a task's nodes while ``cancel`` marks them terminated: the
+    local provider replaces a record whole. A plain rewrite (truncate, then write) is read
+    torn here, so the check has teeth."""
+    assert _torn_reads(tmp_path / "replaced", replace_file) == 0
+    assert _torn_reads(tmp_path / "rewritten", Path.write_text) > 0

@@ -75,7 +75,7 @@ class AwsConfig:
     # the caller's account (from STS); None with a named bucket: not checked.
     bucket_owner: str | None = None
     prefix: str = DEFAULT_PREFIX  # key prefix inside the bucket
-    endpoint_url: str | None = None  # one endpoint for every service (moto), None for AWS
+    endpoint_url: str | None = None  # one AWS-compatible endpoint for every service; None for AWS
     ssh_cidr: str | None = None  # who may SSH to nodes; None: this machine's public IP /32
     instance_profile: str | None = None  # None: flow-sdk-node-<hash>, created when missing
     ami_id: str | None = None  # overrides the SSM parameter in every region

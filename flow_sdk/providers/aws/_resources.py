@@ -62,7 +62,7 @@ def key_path(task_id: str, region: str) -> Path:
 
 
 def caller_cidr(config: AwsConfig) -> str:
-    """Who may SSH to the nodes: ``ssh_cidr``, loopback for a local endpoint (moto), else this
+    """Who may SSH to the nodes: ``ssh_cidr``, loopback for an endpoint on loopback, else this
     machine's public IPv4 address as AWS sees it, /32."""
     if config.ssh_cidr is not None:
         return config.ssh_cidr

@@ -8,10 +8,9 @@ the caller's own). On first use the client also brings the bucket's expiry rules
 prefix up to date (``_lifecycle``).
 
 ``put_if_absent`` is a conditional write (``If-None-Match: *``), atomic on S3 since 2024: the
-first writer of a key wins and every later one gets HTTP 412 PreconditionFailed. moto 5.2.1
-implements the same header (it checks for the key, then writes); under concurrent writers to
-one key it is a check-then-write, not an atomic step, so tests against moto rely on the
-task's own protocol (one outcome writer decides) rather than on moto for that race.
+first writer of a key wins and every later one gets HTTP 412 PreconditionFailed. An
+S3-compatible endpoint may implement the header as a check, then a write; the task's own
+protocol (one outcome writer decides) does not rely on the store for that race.
 """
 
 from __future__ import annotations

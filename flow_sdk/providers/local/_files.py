@@ -25,6 +25,21 @@ def _private_file(path: Path, flags: int) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
 
 
+def _write_temp(path: Path, data: bytes) -> Path:
+    """``data`` in a new private file beside ``path``."""
+    private_dirs(path.parent)
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    with os.fdopen(_private_file(temp, os.O_EXCL), "wb") as fh:
+        fh.write(data)
+    return temp
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a reader (``flow logs -f`` listing a task's nodes
+    while ``cancel`` marks them terminated) never sees it empty or half written."""
+    os.replace(_write_temp(path, text.encode()), path)
+
+
 class FileObjectStore(ObjectStore):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -32,20 +47,13 @@ class FileObjectStore(ObjectStore):
     def _path(self, key: str) -> Path:
         return self.root / safe_part(key, "object key")
 
-    def _write_temp(self, path: Path, data: bytes) -> Path:
-        private_dirs(path.parent)
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-        with os.fdopen(_private_file(temp, os.O_EXCL), "wb") as fh:
-            fh.write(data)
-        return temp
-
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        os.replace(self._write_temp(path, data), path)
+        os.replace(_write_temp(path, data), path)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
-        temp = self._write_temp(path, data)
+        temp = _write_temp(path, data)
         try:
             os.link(temp, path)  # atomic: fails when the key exists
         except FileExistsError:

@@ -44,7 +44,12 @@ from flow_sdk.providers.base import (
     boot_stream,
 )
 from flow_sdk.providers.local import _gpus, _node, _sshd
-from flow_sdk.providers.local._files import FileObjectStore, LocalLogStore, private_dirs
+from flow_sdk.providers.local._files import (
+    FileObjectStore,
+    LocalLogStore,
+    private_dirs,
+    replace_file,
+)
 from flow_sdk.providers.local._volumes import LocalProviderVolumes
 from flow_sdk.spec import TaskSpec
 
@@ -155,7 +160,7 @@ class LocalProvider(Provider):
             slices = self._gpu_registry().reserve_here(
                 task_id, gpu.count, gpu.model, request.spec.num_instances, self._holds_gpus,
                 request.spec.availability_timeout_s, on_wait)
-        (self._records_dir(task_id) / "gpu-slices.json").write_text(json.dumps(slices))
+        replace_file(self._records_dir(task_id) / "gpu-slices.json", json.dumps(slices))
 
     def _holds_gpus(self, task_id: str) -> bool:
         """A task keeps its GPUs while a node of it runs."""
@@ -217,7 +222,7 @@ class LocalProvider(Provider):
         stream = self._logs.stream_path(task_id, boot_stream(instance_id))
         private_dirs(stream.parent)
         record.update(_node.spawn(env, workdir, stream, instance_id, sshd_argv))
-        (self._records_dir(task_id) / f"{instance_id}.json").write_text(json.dumps(record))
+        replace_file(self._records_dir(task_id) / f"{instance_id}.json", json.dumps(record))
         return _instance(record, "running")
 
     def _records(self, task_id: str) -> list[dict[str, Any]]:
@@ -261,7 +266,8 @@ class LocalProvider(Provider):
         _node.stop(records)
         for rec in records:
             rec["terminated"] = True
-            (self._records_dir(task_id) / f"{rec['instance_id']}.json").write_text(json.dumps(rec))
+            replace_file(self._records_dir(task_id) / f"{rec['instance_id']}.json",
+                         json.dumps(rec))
             shutil.rmtree(rec["workdir"], ignore_errors=True)
             shutil.rmtree(self._ssh_dir(task_id, rec["instance_id"]), ignore_errors=True)
 

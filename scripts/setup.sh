@@ -15,13 +15,22 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 
+# Then the newest release of each direct dependency, as a fresh install gets them, even where
+# an older one is installed already (pip keeps any release that satisfies a range
+# otherwise); torch stays at the build installed above.
+install() {
+  "$PY" -m pip install --quiet -e ".[$1]"
+  # shellcheck disable=SC2046  # one requirement per line
+  "$PY" -m pip install --quiet --upgrade $("$PY" scripts/direct_requirements.py "$1")
+}
+
 if [ "${1:-}" = "--dev" ]; then
   if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
     SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssh-server openssh-client >/dev/null
   fi
-  "$PY" -m pip install --quiet -e ".[dev]"
+  install dev
 else
-  "$PY" -m pip install --quiet -e ".[all]"
+  install all
 fi

@@ -58,8 +58,19 @@ def _test_command() -> str:
     return next(line for line in ci if "pytest" in line)
 
 
+# The rehearsal's two blocks (first lines): tests/sim/test_rehearsal.py runs them as written,
+# in a clean environment, and checks what they print and that nothing of them is left.
+REHEARSAL = ("import os", "printf 'import os\\nprint(\"rank\", os.environ[\"RANK\"])\\n' > train.py")
+
+
 def _runnable() -> list[Block]:
-    return [b for b in readme_blocks() if b.mark is None and b.text.strip() != _test_command()]
+    return [b for b in readme_blocks() if b.mark is None and b.text.strip() != _test_command()
+            and b.first_line not in REHEARSAL]
+
+
+def test_the_rehearsal_blocks_are_in_the_readme() -> None:
+    firsts = [b.first_line for b in readme_blocks() if b.mark is None]
+    assert all(firsts.count(line) == 1 for line in REHEARSAL), REHEARSAL
 
 
 def test_the_readme_opens_with_the_two_set_up_commands_and_ci_runs_the_second() -> None:

@@ -1,7 +1,10 @@
-"""The one-step rehearsal: a 2-node task on ``provider="aws-sim"`` from a clean environment
-(no AWS settings, no credentials, HOME and FLOW_HOME in a temporary directory), then ``flow
-gc --dry-run``, ``flow volumes list`` and ``flow list`` against the simulated account it left,
-all exit 0; its server is then stopped by its pid and nothing of it is left."""
+"""The one-step rehearsal, as the README writes it: its Python block (a 2-node task on
+``provider="aws-sim"``) and its command-line block (``flow run``, ``flow list``, ``flow gc
+--dry-run``, ``flow volumes list``, ``python -m flow_sdk.sim stop``) run from a clean
+environment (no AWS settings, no credentials, HOME and FLOW_HOME in a temporary directory).
+Every command exits 0, they print what the README says, and nothing of the simulated account
+is left: no server, no instance process, no mount. The README-blocks test leaves these two
+blocks to this test."""
 
 from __future__ import annotations
 
@@ -9,33 +12,16 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from flow_testing import wait_until
+from test_readme_blocks import REHEARSAL, readme_blocks
 
 from flow_sdk.procs import is_alive
-from flow_sdk.sim import INSTANCE_ENV
 from flow_sdk.sim._server import read_state
 
 pytestmark = pytest.mark.slow
-
-SCRIPT = textwrap.dedent("""
-    import os
-    from flow_sdk import FlowApp
-
-    app = FlowApp("rehearsal")
-
-    @app.function(provider="aws-sim", num_instances=2)
-    def whoami(n: int) -> dict:
-        rank = int(os.environ["RANK"])
-        return {"rank": rank, "world": int(os.environ["WORLD_SIZE"]), "value": n * 10 + rank}
-
-    task = whoami.spawn(4)
-    print("TASK", task.task_id)
-    print("RESULTS", task.results(timeout=300))
-""")
 
 
 def _clean_env(tmp: Path) -> dict[str, str]:
@@ -51,54 +37,48 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
     return done.stdout
 
 
-def _tagged_pids(task_id: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if any(item.startswith(f"{INSTANCE_ENV}={task_id}/".encode()) for item in environ):
-            found.append(int(proc.name))
-    return found
-
-
 def _mounts_under(root: Path) -> list[str]:
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
     return [line.split()[4] for line in lines if line.split()[4].startswith(str(root))]
 
 
+def _block(first_line: str) -> str:
+    return next(b.text for b in readme_blocks() if b.first_line == first_line)
+
+
 def test_rehearse_two_nodes_then_gc_volumes_and_list_with_no_credentials(tmp_path: Path) -> None:
     env = _clean_env(tmp_path)
     home = tmp_path / "flow" / "aws-sim"
-    (tmp_path / "rehearse.py").write_text(SCRIPT)
+    python_block, shell_block = (_block(line) for line in REHEARSAL)
+    (tmp_path / "rehearse.py").write_text(python_block)
+    (tmp_path / "rehearse.sh").write_text(shell_block)
+    states = []
     try:
         out = _run([sys.executable, "rehearse.py"], env, tmp_path)
-        task_id = out.split("TASK ", 1)[1].split()[0]
-        assert ("RESULTS [{'rank': 0, 'world': 2, 'value': 40}, "
-                "{'rank': 1, 'world': 2, 'value': 41}]") in out
-        flow = str(Path(sys.executable).parent / "flow")
-        gc = _run([flow, "gc", "--dry-run", "--provider", "aws-sim"], env, tmp_path)
-        assert "aws-sim: would reclaim: 0 instance(s), 0 other resource(s)" in gc
-        assert "aws-sim: the simulated account holds nothing" in gc
-        volumes = _run([flow, "volumes", "list", "--provider", "aws-sim"], env, tmp_path)
-        assert volumes.splitlines()[0].split() == ["NAME", "INTERFACE", "SIZE_GB", "IN", "USE",
-                                                   "BY", "LOCATION"]
-        listed = json.loads(_run([flow, "list", "--provider", "aws-sim", "--json"], env,
-                                 tmp_path))
-        assert [(r["task_id"], r["status"], r["nodes"]) for r in listed] == [
-            (task_id, "SUCCEEDED", 2)]
-        assert _tagged_pids(task_id) == []
+        assert "['rank 0 of 2', 'rank 1 of 2']" in out
+        assert read_state(home) is None  # stop_account() stopped it
+        shell = subprocess.Popen(["bash", "-euo", "pipefail", "rehearse.sh"], env=env,
+                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        wait_until(lambda: read_state(home) is not None or shell.poll() is not None, 120,
+                   "the command-line block's account")
+        states.append(read_state(home))
+        out, err = shell.communicate(timeout=400)
+        assert shell.returncode == 0, f"the shell block exited {shell.returncode}:\n{out}\n{err}"
+        assert "] rank 0\n" in out and "] rank 1\n" in out  # both nodes' output, labelled
+        assert "aws-sim: would reclaim: 0 instance(s), 0 other resource(s)" in out
+        assert "aws-sim: the simulated account holds nothing" in out
+        assert ["NAME", "INTERFACE", "SIZE_GB", "IN", "USE", "BY", "LOCATION"] in [
+            line.split() for line in out.splitlines()]
+        assert [line for line in out.splitlines() if "SUCCEEDED" in line and "train" in line]
     finally:
         state = read_state(home)
         if state is not None and state.alive():
             os.kill(state.pid, 15)  # the server, by its recorded pid
             wait_until(lambda: not state.alive(), 15, f"server {state.pid} to stop")
-    assert state is not None, "the rehearsal left no record of its simulated account's server"
+    assert states and states[0] is not None, "no record of the simulated account's server"
+    assert not states[0].alive()
     assert read_state(home) is None
     assert _mounts_under(tmp_path) == []
     records = [json.loads(p.read_text()) for p in home.glob("cloud/instances/*/i-*.json")]
-    assert len(records) == 2
     assert not [r for r in records if is_alive(r["pid"], r["ticks"])]

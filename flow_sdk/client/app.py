@@ -102,7 +102,7 @@ class FlowApp:
             raise ValidationError(problems)
         return spec
 
-    # -- scripts (flow run, submit_file, submit_directory): shares flow_sdk.client.scripts ----------
+    # -- scripts (flow run, submit_file, submit_directory): flow_sdk.client.scripts -------------
 
     def submit_file(self, path: str | os.PathLike[str], *, args: Sequence[str] = (),
                     **options: Any) -> Task:

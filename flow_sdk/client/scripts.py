@@ -2,9 +2,10 @@
 
 The client packs the script, or a whole directory, into a ``ScriptBundle`` (a zip archive in
 memory, stored with the payload). The task's function is the node's
-``flow_sdk.node.scripts.run_bundle(bundle)``, named by :data:`RUN_BUNDLE`: on every worker (or on the head only, with ``run_on="head"``) it changes into the bundle's directory
-on the node (``code/`` in the node's working directory, unpacked once and kept for the life of
-the task on that node, restarts included), sets ``sys.argv`` and runs the entry point as
+``flow_sdk.node.scripts.run_bundle(bundle)``, named by :data:`RUN_BUNDLE`: on every worker
+(or on the head only, with ``run_on="head"``) it changes into the bundle's directory on the
+node (``code/`` in the node's working directory, unpacked once and kept for the life of the
+task on that node, restarts included), sets ``sys.argv`` and runs the entry point as
 ``__main__`` (runpy), with the rendezvous environment already set, so
 ``torch.distributed.init_process_group()`` works as under torchrun. The script's
 ``__return__`` global, if it sets one, is its result.

@@ -1,10 +1,11 @@
 """What the node bootstrap runs: the node agent, with its raw output shipped to CloudWatch.
 
-``python -m flow_sdk.providers.aws._bootlog`` (environment as for ``python -m flow_sdk.node.agent``)
-starts the agent as its child, in its own process group, and copies every line the agent
-writes to stdout or stderr, time-stamped as it arrives, into the node's ``boot.<instance id>``
-log stream and onto its own stdout (the instance's console and cloud-init log). A node whose
-agent dies before it can log anything is still debuggable with ``task.logs(source="boot")``.
+``python -m flow_sdk.providers.aws._bootlog`` (environment as for ``python -m
+flow_sdk.node.agent``) starts the agent as its child, in its own process group, and copies
+every line the agent writes to stdout or stderr, time-stamped as it arrives, into the node's
+``boot.<instance id>`` log stream and onto its own stdout (the instance's console and
+cloud-init log). A node whose agent dies before it can log anything is still debuggable with
+``task.logs(source="boot")``.
 It exits with the agent's exit status. Every node runtime starts its nodes with this module.
 """
 
@@ -34,7 +35,8 @@ def _writer(boot: BootConfig, instance_id: str) -> LogWriter | None:
 def main() -> int:
     boot, instance_id, _address = node_boot()
     writer = _writer(boot, instance_id)
-    agent = subprocess.Popen([sys.executable, "-m", "flow_sdk.node.agent"], stdin=subprocess.DEVNULL,
+    agent = subprocess.Popen([sys.executable, "-m", "flow_sdk.node.agent"],
+                             stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def forward(signum: int, frame: FrameType | None) -> None:

@@ -43,7 +43,8 @@ def http_status(exc: ClientError) -> int:
 
 
 class Clients:
-    """Thread-safe cache of boto3 clients; ``endpoint_url`` (an AWS-compatible endpoint) applies to every service."""
+    """Thread-safe cache of boto3 clients; ``endpoint_url`` (an AWS-compatible endpoint)
+    applies to every service."""
 
     def __init__(self, endpoint_url: str | None, session: boto3.session.Session | None = None
                  ) -> None:

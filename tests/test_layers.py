@@ -26,6 +26,7 @@ else:
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO / "pyproject.toml"
 WRONG_IMPORT = "flow_sdk.providers.base -> flow_sdk.node.agent"
+Lint = subprocess.CompletedProcess[str]
 
 
 def _contracts() -> dict[str, dict[str, Any]]:
@@ -55,15 +56,22 @@ def _lint(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def test_an_upward_import_from_a_provider_breaks_the_contracts(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def clean_lint(tmp_path_factory: pytest.TempPathFactory) -> Lint:
+    """Every contract on an unchanged copy, once per runner: each scratch test below checks
+    that its contract was kept there before its one import breaks it."""
+    return _lint(_copy_tree(tmp_path_factory.mktemp("layers") / "clean"))
+
+
+def test_an_upward_import_from_a_provider_breaks_the_contracts(tmp_path: Path,
+                                                              clean_lint: Lint) -> None:
     names = {key: c["name"] for key, c in _contracts().items()}
-    clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
     base = broken / "flow_sdk" / "providers" / "base.py"
     base.write_text(base.read_text(encoding="utf-8") + "\nimport flow_sdk.node.agent\n",
                     encoding="utf-8")
 
-    before = _lint(clean, "layers", "providers-below-callers")
+    before = clean_lint
     after = _lint(broken, "layers", "providers-below-callers")
 
     assert WRONG_IMPORT not in before.stdout, before.stdout
@@ -74,15 +82,15 @@ def test_an_upward_import_from_a_provider_breaks_the_contracts(tmp_path: Path) -
     assert WRONG_IMPORT in after.stdout, after.stdout
 
 
-def test_an_upward_import_inside_the_agent_breaks_its_parts_contract(tmp_path: Path) -> None:
+def test_an_upward_import_inside_the_agent_breaks_its_parts_contract(tmp_path: Path,
+                                                                    clean_lint: Lint) -> None:
     name = _contracts()["agent-parts"]["name"]
-    clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
     records = broken / "flow_sdk" / "node" / "agent" / "records.py"
     records.write_text(records.read_text(encoding="utf-8") + "\nimport flow_sdk.node.agent.watch\n",
                        encoding="utf-8")
 
-    before = _lint(clean, "agent-parts")
+    before = clean_lint
     after = _lint(broken, "agent-parts")
 
     assert before.returncode == 0, before.stdout + before.stderr
@@ -92,17 +100,16 @@ def test_an_upward_import_inside_the_agent_breaks_its_parts_contract(tmp_path: P
 
 
 def test_an_import_of_the_simulated_cloud_from_the_aws_provider_breaks_the_contract(
-        tmp_path: Path) -> None:
+        tmp_path: Path, clean_lint: Lint) -> None:
     """The aws provider never imports the simulated cloud: a scratch ``import flow_sdk.sim``
     in it makes ``lint-imports`` fail."""
     name = _contracts()["sim-outside-aws"]["name"]
-    clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
     runtime = broken / "flow_sdk" / "providers" / "aws" / "_runtime.py"
     runtime.write_text(runtime.read_text(encoding="utf-8") + "\nimport flow_sdk.sim\n",
                        encoding="utf-8")
 
-    before = _lint(clean, "sim-outside-aws")
+    before = clean_lint
     after = _lint(broken, "sim-outside-aws")
 
     assert before.returncode == 0 and f"{name} KEPT" in before.stdout, before.stdout
@@ -126,17 +133,17 @@ def test_an_import_of_the_simulated_cloud_from_the_aws_provider_breaks_the_contr
      "flow_sdk.volumes.node -> flow_sdk.client.records"),
 ])
 def test_an_import_across_the_wire_breaks_the_client_node_contracts(
-        tmp_path: Path, module: str, line: str, contract: str, chain: str) -> None:
+        tmp_path: Path, clean_lint: Lint, module: str, line: str, contract: str,
+        chain: str) -> None:
     """Client code never imports node code and node code never imports client code: a
     scratch import either way, direct or through a shared module, makes ``lint-imports``
     fail."""
     name = _contracts()[contract]["name"]
-    clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
     path = broken / "flow_sdk" / module
     path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
 
-    before = _lint(clean, contract)
+    before = clean_lint
     after = _lint(broken, contract)
 
     assert before.returncode == 0 and f"{name} KEPT" in before.stdout, before.stdout
@@ -195,15 +202,14 @@ def test_the_module_level_scan_sees_imports_outside_functions(tmp_path: Path) ->
     ("providers/__init__.py", "flow_sdk.providers -> flow_sdk.providers.local", False),
 ])
 def test_node_code_that_reaches_the_local_provider_breaks_the_contract(
-        tmp_path: Path, module: str, chain: str, direct: bool) -> None:
+        tmp_path: Path, clean_lint: Lint, module: str, chain: str, direct: bool) -> None:
     name = _contracts()["node-code-not-local"]["name"]
-    clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
     path = broken / "flow_sdk" / module
     path.write_text(path.read_text(encoding="utf-8") + "import flow_sdk.providers.local\n",
                     encoding="utf-8")
 
-    before = _lint(clean, "node-code-not-local")
+    before = clean_lint
     after = _lint(broken, "node-code-not-local", "interface-only")
 
     assert before.returncode == 0, before.stdout + before.stderr
@@ -223,14 +229,13 @@ def test_node_code_that_reaches_the_local_provider_breaks_the_contract(
     ("errors.py", "import flow_sdk.procs", "flow_sdk.errors -> flow_sdk.procs"),
 ])
 def test_a_wire_import_beyond_the_stdlib_and_errors_breaks_its_contract(
-        tmp_path: Path, module: str, line: str, chain: str) -> None:
+        tmp_path: Path, clean_lint: Lint, module: str, line: str, chain: str) -> None:
     name = _contracts()["wire-stdlib-only"]["name"]
-    clean = _copy_tree(tmp_path / "clean")
     broken = _copy_tree(tmp_path / "broken")
     path = broken / "flow_sdk" / module
     path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
 
-    before = _lint(clean, "wire-stdlib-only")
+    before = clean_lint
     after = _lint(broken, "wire-stdlib-only")
 
     assert before.returncode == 0 and f"{name} KEPT" in before.stdout, before.stdout

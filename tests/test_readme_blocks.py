@@ -110,10 +110,12 @@ def _environment(tmp_path: Path) -> dict[str, str]:
 
 def _set_up_venv(tmp_path: Path) -> Path:
     """A virtualenv of its own for the set-up block, so that its install leaves the one this
-    suite runs in alone. It sees this environment's packages through a .pth file, so the
-    set-up installs only the SDK itself; returns its bin folder."""
+    suite runs in alone. It sees this environment's packages through a .pth file, pip
+    included (so it is made without a pip of its own), and the set-up installs only the SDK
+    itself; returns its bin folder."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
     site = next((venv / "lib").glob("python3*/site-packages"))
     outer = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     (site / "outer-environment.pth").write_text("".join(f"{p}\n" for p in sorted(outer)))

@@ -15,13 +15,14 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 
-# Then the newest release of each direct dependency, as a fresh install gets them, even where
-# an older one is installed already (pip keeps any release that satisfies a range
+# The SDK, then the newest release of each direct dependency, as a fresh install gets them,
+# even where an older one is installed already (pip keeps any release that satisfies a range
 # otherwise); torch stays at the build installed above.
 install() {
+  local requirements
   "$PY" -m pip install --quiet -e ".[$1]"
-  # shellcheck disable=SC2046  # one requirement per line
-  "$PY" -m pip install --quiet --upgrade $("$PY" scripts/direct_requirements.py "$1")
+  mapfile -t requirements < <("$PY" scripts/direct_requirements.py "$1")
+  "$PY" -m pip install --quiet --upgrade "${requirements[@]}"
 }
 
 if [ "${1:-}" = "--dev" ]; then

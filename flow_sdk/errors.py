@@ -60,6 +60,15 @@ class TaskNotFoundError(FlowError, LookupError):
     """No task with this id is known to this machine's flow data directory."""
 
 
+class PoolNotFoundError(FlowError, LookupError):
+    """No pool of that name was made on this machine (or it is down)."""
+
+
+class PoolMismatchError(ValidationError):
+    """A task that does not fit its pool: each problem names the field that differs and how
+    the pool has it."""
+
+
 class TaskTimeoutError(FlowError, TimeoutError):
     """Waiting for a task took longer than the caller allowed. The task keeps running."""
 

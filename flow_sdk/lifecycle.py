@@ -5,7 +5,9 @@ The outcome is written once: the first valid record wins (the signed store's
 ``put_record_if_absent``), whoever reports it — a node agent (success, failure, timeout), the
 client (a launch that failed or was interrupted, ``Task.cancel``, a task whose nodes all
 vanished without a word, once ``Task.wait`` settles it) or ``flow gc`` (a task no client on
-this machine knows any more). Reading a task's status never writes. Providers reclaim what a
+this machine knows any more). Reading a task's status never writes. ``flow gc`` also judges which
+pools are leftovers: half-made ones (an interrupted ``pool up``) and ones past their idle stop
+whose nodes did not stop; live pools are left alone. Providers reclaim what a
 task left (``Provider.gc``), told which tasks this module judged ended; they never decide how
 a task ended.
 
@@ -15,13 +17,18 @@ interface only; the client (``task``, ``app``, ``cli``) and the node agent call 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Collection
 
-from flow_sdk import tasksecrets, wire
+from flow_sdk import poolfiles, tasksecrets, wire
+from flow_sdk.errors import RecordError, SignatureError
 from flow_sdk.wire import Outcome, TaskStatus
 from flow_sdk.providers.base import GcReport, Provider
+from flow_sdk.wire.pools import MemberRecord, PoolRecord, members_prefix, pool_key
 from flow_sdk.wire.signing import SignedStore
+
+PAST_IDLE_STOP_S = 120.0  # a pool node this long past its idle stop should have stopped
 
 ORPHANED = "no client record on this machine (the task is recorded CANCELLED)"
 ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded CANCELLED)"
@@ -103,12 +110,64 @@ def orphans(provider: Provider, known: Collection[str]) -> list[str]:
     return found
 
 
+def leftover_pools(provider: Provider, now: float | None = None) -> dict[str, str]:
+    """Pools this machine made on ``provider`` (this configuration of it) that are leftovers,
+    by pool id, with why: half-made (their ``pool up`` stopped before the nodes were ready, and
+    it no longer runs) or past their idle stop while their nodes still run."""
+    now = time.time() if now is None else now
+    config = json.dumps(provider.config(), sort_keys=True)
+    found = {}
+    for pool in poolfiles.list_pool_files():
+        if pool.provider != provider.name or json.dumps(pool.provider_config,
+                                                        sort_keys=True) != config:
+            continue
+        if pool.launching or not any(i.state != "terminated"
+                                     for i in provider.list_instances(pool.pool_id)):
+            continue
+        why = _pool_leftover(provider, pool, now)
+        if why is not None:
+            found[pool.pool_id] = why
+    return found
+
+
+def _pool_leftover(provider: Provider, pool: poolfiles.PoolFile, now: float) -> str | None:
+    if not tasksecrets.has_task_secret(pool.pool_id):
+        return f"pool {pool.name}: this machine lost its secret, so nothing can run on it"
+    store = SignedStore(provider.store, tasksecrets.load_task_secret(pool.pool_id))
+    try:
+        raw = store.get_record(pool_key(pool.pool_id))
+        record = None if raw is None else PoolRecord.from_json(raw)
+        members = [MemberRecord.from_json(data) for key in
+                   provider.store.list(members_prefix(pool.pool_id))
+                   if (data := store.get_record(key)) is not None]
+    except (SignatureError, RecordError) as exc:
+        return f"pool {pool.name}: its records are not the pool's own ({exc})"
+    if record is None or record.state == "starting":
+        return (f"half-made pool {pool.name}: its `pool up` stopped before the nodes were "
+                "ready")
+    stops = [m.stop_at for m in members if m.state == "idle" and m.stop_at is not None]
+    if members and len(stops) == len(members) and now > max(stops) + PAST_IDLE_STOP_S:
+        return (f"pool {pool.name} is past its idle stop ({record.idle_stop_s:g}s) but its "
+                "nodes still run")
+    return None
+
+
+def forget_pool(pool_id: str) -> None:
+    """Remove this machine's file and secret of a pool that was reclaimed."""
+    for pool in poolfiles.list_pool_files():
+        if pool.pool_id == pool_id:
+            poolfiles.remove_pool_file(pool.name, pool_id)
+    tasksecrets.remove_task_secret(pool_id)
+
+
 def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
             ) -> GcReport:
     """``flow gc`` for one provider: record CANCELLED for each orphaned task (``orphans``:
     signed with the task's secret, so its client can check it), then ask the provider to
-    reclaim what ended tasks left. With ``dry_run`` nothing is recorded or reclaimed."""
-    ended: dict[str, str] = {}
+    reclaim what ended tasks and leftover pools (``leftover_pools``) left. With ``dry_run``
+    nothing is recorded or reclaimed."""
+    pools = leftover_pools(provider)
+    ended: dict[str, str] = dict(pools)
     for task_id in orphans(provider, known):
         if dry_run:
             ended[task_id] = ORPHANED_DRY_RUN
@@ -116,4 +175,8 @@ def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
         store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
         if record_outcome(store, task_id, orphaned()):
             ended[task_id] = ORPHANED
-    return provider.gc(dry_run=dry_run, ended=ended)
+    report = provider.gc(dry_run=dry_run, ended=ended)
+    if not dry_run:
+        for pool_id in pools:
+            forget_pool(pool_id)
+    return report

@@ -103,6 +103,32 @@ class Call:
 
 
 @dataclass(frozen=True)
+class CallCode:
+    """The code half of a call stored in two parts: the function and where its code came
+    from. Content-addressed apart from the arguments, so an unchanged function is stored (and
+    fetched by a pool node) once, however often it is called."""
+
+    fn: Callable[..., Any]
+    origins: CodeOrigins
+
+
+@dataclass(frozen=True)
+class CallArgs:
+    """The arguments half of a call stored in two parts."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PackedCall:
+    """A call as two envelopes: its code and its arguments (``pack_parts``)."""
+
+    code: bytes
+    args: bytes
+
+
+@dataclass(frozen=True)
 class NodeEntry:
     """A node-side function named by its module and name: the caller ships a call to it
     without importing node code, and the node imports it when the call runs."""
@@ -184,6 +210,23 @@ def _scan(call: Any, fn: Callable[..., Any]) -> _Scan:
 
 def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
               include: Sequence[str] = ()) -> bytes:
+    """The envelope for one call of ``fn``, code and arguments together (see ``_pack``)."""
+    return _pack(fn, args, kwargs, include, lambda origins: [
+        dumps(Call(fn, args, kwargs, origins))])[0]
+
+
+def pack_parts(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               include: Sequence[str] = ()) -> PackedCall:
+    """One call of ``fn`` as two envelopes, its code and its arguments, pickled with the same
+    modules by value (see ``_pack``): what a task stores, so unchanged code is not stored
+    again."""
+    code, arguments = _pack(fn, args, kwargs, include, lambda origins: [
+        dumps(CallCode(fn, origins)), dumps(CallArgs(args, kwargs))])
+    return PackedCall(code, arguments)
+
+
+def _pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+          include: Sequence[str], pickle: Callable[[CodeOrigins], list[bytes]]) -> list[bytes]:
     """The envelope for one call of ``fn``. The caller's own modules (files outside the
     installed environment: neither the standard library nor site-packages) that the call
     reaches travel by value, since nodes do not have the caller's source tree: functions and
@@ -201,7 +244,7 @@ def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
                 break
             modules.update((m.__name__, m) for m in new)
             registered.enter_context(_by_value(new))
-        return dumps(Call(fn, args, kwargs, scan.origins))
+        return pickle(scan.origins)
 
 
 def unpack_call(blob: bytes) -> Call:
@@ -211,3 +254,13 @@ def unpack_call(blob: bytes) -> Call:
         raise PayloadError(f"the payload holds a {type(call).__name__}, not a call; refusing "
                            "to run it")
     return call
+
+
+def unpack_parts(code: bytes, arguments: bytes) -> Call:
+    """The call stored as :func:`pack_parts` made it (each envelope's digest checked first)."""
+    part, given = loads(code), loads(arguments)
+    if not isinstance(part, CallCode) or not isinstance(given, CallArgs):
+        raise PayloadError(f"the payload holds a {type(part).__name__} and a "
+                           f"{type(given).__name__}, not a call's code and arguments; refusing "
+                           "to run it")
+    return Call(part.fn, given.args, given.kwargs, part.origins)

@@ -19,7 +19,8 @@ from pathlib import Path
 # provider whose nodes are processes here can stop everything a node started.
 WORKER_PGIDS_FILE = "worker-pgids"
 
-__all__ = ["WORKER_PGIDS_FILE", "free_port", "is_alive", "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
+__all__ = ["WORKER_PGIDS_FILE", "descendants", "free_port", "is_alive", "kill_group",
+           "pids_with_env", "start_ticks", "stop_pids"]
 
 
 def _state(stat: str) -> str:
@@ -46,6 +47,31 @@ def pids_with_env(key: str, values: Collection[str]) -> list[int]:
         if state not in ("Z", "X") and not needles.isdisjoint(environ.split(b"\0")):
             found.append(int(entry.name))
     return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` in the process tree (its children, theirs, ...),
+    sorted (Linux ``/proc``; empty elsewhere). A zombie counts until it is reaped."""
+    parents: dict[int, list[int]] = {}
+    proc_root = Path("/proc")
+    if not proc_root.is_dir():
+        return []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    todo = list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(parents.get(child, []))
+    return sorted(found)
 
 
 def stop_pids(pids: Sequence[int], grace_s: float = 2.0) -> list[int]:

@@ -34,6 +34,10 @@ MAX_INSTANCES = 4096
 MAX_WORKERS_PER_NODE = 256
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DEFAULT_IDLE_STOP_S = 1800.0  # a pool made without idle_stop stops after 30 idle minutes
 
 # A worker's place in the gang: distributed_mode="auto" computes these (and FLOW_*, but for
 # the user's settings), so an ``environment`` value would give workers one rank or a wrong leader.
@@ -58,6 +62,24 @@ def gang_variables_in(environment: dict[str, str]) -> list[str]:
     """The names in ``environment`` that set a worker's place in the gang (sorted)."""
     return sorted(k for k in environment if k in GANG_VARIABLES
                   or (k.startswith("FLOW_") and k not in USER_FLOW_VARIABLES))
+
+
+def parse_duration(value: Any, what: str) -> float:
+    """Seconds from ``"30m"``, ``"2h"``, ``"45s"``, ``"1d"`` or a number of seconds; raises
+    ValueError naming ``what``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a duration such as '20m', '2h' or '90s', got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION_RE.match(value) if isinstance(value, str) else None
+        if match is None:
+            raise ValueError(f"{what} must be a duration such as '20m', '2h' or '90s', got "
+                             f"{value!r}")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > 30 * 86400:
+        raise ValueError(f"{what} must be more than 0 and at most 30 days, got {value!r}")
+    return seconds
 
 
 def _finite_positive(value: float | None, what: str) -> float | None:
@@ -105,6 +127,13 @@ class TaskSpec(FrozenModel):
     # Modules shipped by value besides the caller's own files: installed packages the nodes
     # lack (an editable install of your own library), by importable dotted name.
     include: tuple[str, ...] = ()
+    # A named pool of warm nodes to run on (made with this task's shape when it does not
+    # exist): nodes that outlive the task, run the pool's tasks one after another and stop
+    # after ``idle_stop`` seconds without one ("20m", "2h"). ``spares`` extra nodes stand by
+    # to take a lost node's rank without a boot.
+    pool: str | None = None
+    idle_stop: float | None = None
+    spares: int = Field(default=0, ge=0, le=64)
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -123,6 +152,19 @@ class TaskSpec(FrozenModel):
             raise ValueError(f"{bad} are not module names; write dotted import names such as "
                              "'mylib' or 'mylib.utils'")
         return tuple(value)
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_name(cls, value: str | None) -> str | None:
+        if value is not None and not POOL_NAME_RE.match(value):
+            raise ValueError(f"pool name {value!r} must be 1-32 lowercase letters, digits and "
+                             "'-', starting with a letter and not ending with '-', e.g. 'dev'")
+        return value
+
+    @field_validator("idle_stop", mode="before")
+    @classmethod
+    def _idle_stop(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value, "idle_stop")
 
     @field_validator("environment")
     @classmethod
@@ -171,6 +213,7 @@ class TaskSpec(FrozenModel):
     def _cross_field(self) -> TaskSpec:
         self._check_workers()
         self._check_paths()
+        self._check_pool()
         if self.distributed_mode == "auto":
             clashes = gang_variables_in(self.environment)
             if clashes:
@@ -202,6 +245,21 @@ class TaskSpec(FrozenModel):
             raise _FieldValueError("workers_per_node", (
                 "distributed_mode='manual' runs one process per node; drop workers_per_node "
                 "or use distributed_mode='auto'"))
+
+    def _check_pool(self) -> None:
+        if self.pool is None:
+            for name, set_ in (("idle_stop", self.idle_stop is not None),
+                               ("spares", self.spares > 0)):
+                if set_:
+                    raise _FieldValueError(name, (
+                        f"{name} applies to a pool of warm nodes; add pool='NAME' (the pool "
+                        "is made with this task's shape when it does not exist), or drop "
+                        f"{name}"))
+            return
+        if self.min_instances not in (None, self.num_instances):
+            raise _FieldValueError("min_instances", (
+                "a task on a pool runs on the pool's nodes, which are up already; drop "
+                "min_instances"))
 
     def _check_paths(self) -> None:
         paths = sorted([*self.volumes, *self.mounts])

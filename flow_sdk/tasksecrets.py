@@ -45,3 +45,8 @@ def load_task_secret(task_id: str) -> bytes:
         raise TaskSecretError(f"no secret for task {task_id!r} at {path}: only the machine "
                               "(and user) that launched a task can read its results")
     return secret_from_hex(path.read_text().strip())
+
+
+def remove_task_secret(task_id: str) -> None:
+    """Forget a secret (a pool's, once the pool is down)."""
+    _secret_path(task_id).unlink(missing_ok=True)

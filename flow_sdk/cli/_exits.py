@@ -10,6 +10,7 @@ import click
 
 from flow_sdk.errors import (
     LaunchDeclinedError,
+    PoolNotFoundError,
     SshError,
     TaskCancelledError,
     TaskNotFoundError,
@@ -31,7 +32,7 @@ Exit codes (every command):
   0      success: the task SUCCEEDED, or the command did what was asked
   1      the task FAILED, a provider, network or credentials error, or a check found
          problems (`flow doctor`, `flow gc`)
-  2      usage or validation error (bad option, unknown task, node or provider);
+  2      usage or validation error (bad option, unknown task, node, pool or provider);
          nothing was launched
   3      the task was CANCELLED or TIMED_OUT, or you declined the launch
   N      `flow run` of a script that called sys.exit(N)
@@ -61,7 +62,7 @@ def exit_code(status: TaskStatus) -> int:
 
 def error_code(exc: BaseException) -> int:
     """The exit code for an error that ended a command."""
-    if isinstance(exc, ValidationError | TaskNotFoundError):
+    if isinstance(exc, ValidationError | TaskNotFoundError | PoolNotFoundError):
         return EXIT_USAGE
     if isinstance(exc, TaskCancelledError | TaskTimedOutError | LaunchDeclinedError):
         return EXIT_STOPPED

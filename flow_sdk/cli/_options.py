@@ -88,6 +88,11 @@ def spec_options(fn: F) -> F:
                      help="Before user code runs, prove every node pair can talk."),
         click.option("--include", "include", multiple=True, metavar="MODULE",
                      help="Ship this installed module by value too (repeatable)."),
+        click.option("--pool", help="Run on this pool of warm nodes (made with the task's "
+                                    "shape when it does not exist)."),
+        click.option("--idle-stop", metavar="DURATION",
+                     help="A pool the task makes stops after this long idle, e.g. 20m."),
+        click.option("--spares", type=int, help="Spare nodes of a pool the task makes."),
         click.option("--provider", default="local", show_default=True),
         click.option("--provider-config", metavar="JSON",
                      help="Provider settings as a JSON object."),
@@ -108,7 +113,7 @@ def spec_kwargs(params: dict[str, Any]) -> dict[str, Any]:
              "availability_timeout": "availability_timeout_s", "max_restarts": "max_restarts",
              "boot_timeout": "boot_timeout_s",
              "key_name": "key_name", "preflight": "preflight",
-             "run_on": "run_on"}
+             "run_on": "run_on", "pool": "pool", "idle_stop": "idle_stop", "spares": "spares"}
     options = {target: params[source] for source, target in names.items()
                if params.get(source) is not None}
     if params.get("env"):

@@ -20,6 +20,7 @@ from flow_sdk.providers import available_providers, get_provider
 from flow_sdk.providers.objects_gc import remove_finished_tasks
 from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.client.records import list_client_records
+from flow_sdk.poolfiles import list_pool_files
 
 
 @main.command()
@@ -60,18 +61,19 @@ def plan(provider: str, provider_config: str | None, as_json: bool, **spec: Any)
 
 def _gc_targets(names: tuple[str, ...]) -> list[tuple[str, dict[str, Any] | None]]:
     """(provider, config) pairs: those named, else the default provider plus every provider
-    configuration this machine's tasks used, each distinct one once."""
+    configuration this machine's tasks and pools used, each distinct one once."""
     if names:
         return [(name, None) for name in names]
     default = TaskSpec.model_fields["provider"].default
     targets: list[tuple[str, dict[str, Any] | None]] = [(default, None)]
     seen = {(default, json.dumps(get_provider(default).config(), sort_keys=True))}
-    for rec in list_client_records():
-        config = rec.get("provider_config")
-        key = (rec["provider"], json.dumps(config or {}, sort_keys=True))
+    used = [(rec["provider"], rec.get("provider_config")) for rec in list_client_records()]
+    used += [(pool.provider, pool.provider_config) for pool in list_pool_files()]
+    for name, config in used:
+        key = (name, json.dumps(config or {}, sort_keys=True))
         if key not in seen:
             seen.add(key)
-            targets.append((rec["provider"], config))
+            targets.append((name, config))
     return targets
 
 

@@ -25,7 +25,7 @@ def _status_data(task: Task) -> dict[str, Any]:
     status = task.status
     record = task.record()
     outcome = task.final_outcome()
-    instances = {i.instance_id: i for i in task.provider.list_instances(task.task_id)}
+    instances = {i.instance_id: i for i in task.instances()}
     nodes = []
     for node in sorted(task.nodes(), key=lambda n: n.node):
         instance = instances.get(node.instance_id)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from flow_sdk import lifecycle, payload, sdkwheel, tasksecrets, wire
-from flow_sdk.client import progress, script_imports, scripts
+from flow_sdk.client import pools, pooltasks, progress, script_imports, scripts
 from flow_sdk.errors import FieldProblem, FlowError, LaunchWarning, ProviderError, ValidationError
 from flow_sdk.wire import signing
 from flow_sdk.wire import (
@@ -124,8 +124,8 @@ class FlowApp:
 
     def _submit_bundle(self, bundle: scripts.ScriptBundle, options: dict[str, Any]) -> Task:
         spec = self._spec_for(bundle.name, options)
-        blob = payload.pack_call(scripts.RUN_BUNDLE, (bundle,), {}, include=spec.include)
-        return launch_task(self.provider(spec.provider), spec, blob)
+        packed = payload.pack_parts(scripts.RUN_BUNDLE, (bundle,), {}, include=spec.include)
+        return launch_task(self.provider(spec.provider), spec, packed)
 
 
 class RemoteFunction(Generic[P, R]):
@@ -182,10 +182,10 @@ class RemoteFunction(Generic[P, R]):
                 kwargs: dict[str, Any]) -> Task:
         provider = self.app.provider(self.spec.provider)
         refuse_launch(provider, self.spec)  # before the plan asks to confirm it
-        if not self.watch.quiet:
+        if not self.watch.quiet and not pools.pool_is_up(self.spec.pool):
             progress.show_plan(provider.plan(self.spec), reporter, self.watch)
-        blob = payload.pack_call(self.fn, args, dict(kwargs), include=self.spec.include)
-        return launch_task(provider, self.spec, blob)
+        packed = payload.pack_parts(self.fn, args, dict(kwargs), include=self.spec.include)
+        return launch_task(provider, self.spec, packed)
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Launch, show each phase and stream rank 0's output (see ``quiet`` and ``stream``
@@ -256,24 +256,28 @@ def refuse_launch(provider: Provider, spec: TaskSpec) -> None:
         raise ValidationError(problems)
 
 
-def launch_task(provider: Provider, spec: TaskSpec, blob: bytes) -> Task:
-    """Store the payload and task record, start the nodes as one gang, then write the gang's
+def launch_task(provider: Provider, spec: TaskSpec, packed: payload.PackedCall) -> Task:
+    """Store the call (its code and its arguments, each content-addressed, so unchanged code
+    is stored once) and the task record, start the nodes as one gang, then write the gang's
     membership record (every instance id and address), so nodes need not ask the provider
-    who their peers are. The task's
-    secret (which signs every record and result) goes to the nodes in their boot config and
-    to a 0600 file on this machine, never to the store."""
+    who their peers are. The task's secret (which signs every record and result) goes to the
+    nodes in their boot config and to a 0600 file on this machine, never to the store. A task
+    on a pool (``spec.pool``) runs on the pool's warm nodes instead (``pools``)."""
     refuse_launch(provider, spec)
+    if spec.pool is not None:
+        return pooltasks.launch_on_pool(provider, spec, packed, new_task_id(spec.name))
     task_id = new_task_id(spec.name)
     secret = signing.new_secret()
     tasksecrets.save_task_secret(task_id, secret)
-    digest = payload.digest(blob)
     signed = signing.SignedStore(provider.store, signing.secret_from_hex(secret))
     store = provider.store
-    if not store.exists(wire.payload_key(digest)):
-        store.put(wire.payload_key(digest), blob)
+    digests = [payload.digest(packed.args), payload.digest(packed.code)]
+    for digest, blob in zip(digests, (packed.args, packed.code)):
+        store.put_if_absent(wire.payload_key(digest), blob)
     rdzv_port, master_port = provider.rendezvous_ports()
-    record = TaskRecord(task_id, spec.model_dump(mode="json"), digest, time.time(), rdzv_port,
-                        master_port, python=sdkwheel.python_version())
+    record = TaskRecord(task_id, spec.model_dump(mode="json"), digests[0], time.time(),
+                        rdzv_port, master_port, python=sdkwheel.python_version(),
+                        code_digest=digests[1])
     signed.put_record(wire.task_key(task_id), record)
     save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
                                            "created_at": record.created_at})

@@ -199,7 +199,7 @@ def wait_running(task: Task, reporter: Reporter) -> TaskStatus:
         if joined:
             reporter.phase(f"rendezvous: {joined}/{expected} nodes joined")
         else:
-            up = sum(i.state == "running" for i in task.provider.list_instances(task.task_id))
+            up = sum(i.state == "running" for i in task.instances())
             reporter.phase(f"provisioning: {up}/{expected} nodes up")
         time.sleep(_POLL_S)
         status = task.status

@@ -35,10 +35,11 @@ from flow_sdk.wire import (
     TaskStatus,
 )
 from flow_sdk.providers import get_provider
-from flow_sdk.providers.base import Provider, SshEndpoint
+from flow_sdk.providers.base import Instance, Provider, SshEndpoint
 from flow_sdk.spec import TaskSpec
 from flow_sdk.client.ssh import SshResult
 from flow_sdk.client.tasklogs import LogSource, TaskLogs
+from flow_sdk.wire.pools import pool_of_task
 
 
 class Task:
@@ -51,8 +52,8 @@ class Task:
     """
 
     def __init__(self, task_id: str, provider: Provider) -> None:
-        self.task_id = task_id
-        self.provider = provider
+        self.task_id, self.provider = task_id, provider
+        self._nodes_id = pool_of_task(task_id) or task_id  # its nodes' id: its own, its pool's
         self._torn_down = False
         self._spec: TaskSpec | None = None
         self._logs = TaskLogs(task_id, provider, slots_per_node=self._slots_per_node,
@@ -90,6 +91,15 @@ class Task:
         """The outcome recorded in the store, or None while no one reported one."""
         return lifecycle.outcome_of(self.store, self.task_id)
 
+    def instances(self) -> list[Instance]:
+        """The task's nodes as the provider reports them, by instance id: its own, or the
+        pool nodes it was given (gang and spares, its launch record names them)."""
+        instances = self.provider.list_instances(self._nodes_id)
+        if self._nodes_id == self.task_id:
+            return instances
+        given = {n.instance_id for n in (self._launch_record() or LaunchRecord(0, [])).nodes}
+        return [i for i in instances if i.instance_id in given]
+
     def nodes(self) -> list[NodeRecord]:
         store = self.store
         return [NodeRecord.from_json(data) for key in store.list(wire.nodes_prefix(self.task_id))
@@ -104,7 +114,7 @@ class Task:
             return TaskStatus(outcome.status)
         if any(n.phase in (NodePhase.RUNNING, NodePhase.DONE) for n in self.nodes()):
             return TaskStatus.RUNNING
-        instances = self.provider.list_instances(self.task_id)
+        instances = self.instances()
         if not instances:
             return TaskStatus.PENDING
         if all(i.state == "terminated" for i in instances):
@@ -140,14 +150,12 @@ class Task:
 
     @property
     def max_price_per_hour(self) -> float | None:
-        """The price cap in USD per instance-hour, or None when the task is uncapped."""
+        """The price cap in USD per instance-hour (None: uncapped)."""
         return self.spec.max_price_per_hour
-
-    # -- cost -------------------------------------------------------------------------------
 
     def _launch_record(self) -> LaunchRecord | None:
         raw = self.store.get_record(wire.launch_key(self.task_id))
-        return LaunchRecord.from_json(raw) if raw is not None else None
+        return None if raw is None else LaunchRecord.from_json(raw)
 
     @property
     def cost_per_hour(self) -> float:
@@ -196,19 +204,18 @@ class Task:
         return TaskStatus(outcome.status)
 
     def _teardown(self) -> None:
-        if not self._torn_down:
+        """Stop the task's own nodes (a pool's nodes stay: their daemons sweep them)."""
+        if not self._torn_down and self._nodes_id == self.task_id:
             self.provider.terminate(self.task_id)
-            self._torn_down = True
+        self._torn_down = True
 
     def cancel(self) -> None:
         """Stop every worker on every node and tear the nodes down. No-op once the task ended."""
         self.store.put_record(wire.cancel_key(self.task_id),
                               {"by": "the caller", "at": time.time()})
         lifecycle.record_outcome(self.store, self.task_id, lifecycle.cancelled_by_caller())
-        self.provider.terminate(self.task_id)
-        self._torn_down = True
-
-    # -- results ----------------------------------------------------------------------------
+        self._torn_down = False
+        self._teardown()
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's return value; re-raises a remote exception with its remote traceback."""
@@ -254,7 +261,7 @@ class Task:
                 where = f"raised on node {outcome.node}, rank {outcome.rank} of task {self.task_id}"
                 exc = info.get("exception")
                 if isinstance(exc, BaseException):
-                    if hasattr(exc, "add_note"):
+                    if hasattr(exc, "add_note"):  # Python 3.11+
                         exc.add_note(where)
                     exc.__cause__ = RemoteTraceback(remote)
                     return exc
@@ -275,7 +282,7 @@ class Task:
         """instance id -> node index: from the node records the agents publish, else (a node
         that never reached the rendezvous) its place among the sorted instance ids."""
         found = {n.instance_id: n.node for n in self.nodes()}
-        for index, instance in enumerate(self.provider.list_instances(self.task_id)):
+        for index, instance in enumerate(self.instances()):
             found.setdefault(instance.instance_id, index)
         return found
 
@@ -352,7 +359,7 @@ class Task:
         for record in self.nodes():
             if record.node == node:
                 return record.instance_id
-        instances = self.provider.list_instances(self.task_id)
+        instances = self.instances()
         if 0 <= node < len(instances):  # before the rendezvous: ranks follow sorted ids
             return instances[node].instance_id
         raise SshError(f"task {self.task_id} has {len(instances)} node(s); there is no "
@@ -370,7 +377,7 @@ class Task:
                 f"{self.task_id} --node {node}`")
         instance_id = self._instance_of(node)
         try:
-            return self.provider.ssh_endpoint(self.task_id, instance_id)
+            return self.provider.ssh_endpoint(self._nodes_id, instance_id)
         except ProviderError as exc:
             raise SshUnavailableError(f"node {node} of task {self.task_id}: {exc}") from exc
 

@@ -70,14 +70,15 @@ def finished_at(store: ObjectStore, task_id: str) -> tuple[float | None, str]:
     return outcome.finished_at, f"finished {outcome.status}"
 
 
-def _payload_of(store: ObjectStore, task_id: str) -> str | None:
+def _payloads_of(store: ObjectStore, task_id: str) -> tuple[str, ...]:
+    """The payloads (the call's arguments and code) the task's record names."""
     raw = store.get(wire.task_key(task_id))
     if raw is None:
-        return None
+        return ()
     try:
-        return TaskRecord.from_json(raw).payload_digest
+        return TaskRecord.from_json(raw).digests
     except RecordError:
-        return None
+        return ()
 
 
 def remove_finished_tasks(store: ObjectStore, older_than_s: float, *, dry_run: bool = False,
@@ -90,15 +91,13 @@ def remove_finished_tasks(store: ObjectStore, older_than_s: float, *, dry_run: b
     kept_payloads: set[str] = set()
     for task_id in task_ids(store):
         ended, why = finished_at(store, task_id)
-        payload = _payload_of(store, task_id)
+        payloads = _payloads_of(store, task_id)
         if ended is None or now - ended < older_than_s:
             report.kept[task_id] = why if ended is None else f"{why} {now - ended:.0f}s ago"
-            if payload is not None:
-                kept_payloads.add(payload)
+            kept_payloads.update(payloads)
             continue
         report.removed_tasks.append(task_id)
-        if payload is not None:
-            removed.add(payload)
+        removed.update(payloads)
         prefix = wire.task_prefix(task_id)
         report.removed_objects += (len(store.list(prefix)) if dry_run
                                    else store.delete_prefix(prefix))

@@ -23,7 +23,8 @@ BOOT_ENV = "FLOW_BOOT"  # the encoded boot configuration
 BOOT_FILE_ENV = "FLOW_BOOT_FILE"  # or the path of a 0600 file that holds it
 INSTANCE_ENV = "FLOW_INSTANCE_ID"  # the node's instance id
 ADDRESS_ENV = "FLOW_NODE_ADDRESS"  # the private address the other nodes reach it at
-_FIELDS = ("task_id", "provider", "provider_config", "secret")
+_FIELDS = ("task_id", "provider", "provider_config", "secret", "role")
+ROLES = ("task", "pool")  # a node of one task, or a node of a pool (its daemon runs tasks)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class BootConfig:
     provider: str  # the provider's registered name; the agent rebuilds it with the config
     provider_config: Mapping[str, Any]  # plain JSON data (the provider's ``config()``)
     secret: str = ""  # the task's secret (hex, flow_sdk.wire.signing); never in the store
+    # "task": the node runs this task's agent and stops with it. "pool": ``task_id`` is the
+    # pool's id, ``secret`` the pool's, and the node runs the pool's daemon.
+    role: str = "task"
+
+    @property
+    def node_module(self) -> str:
+        """The module a node runs (``python -m``) for this boot."""
+        return "flow_sdk.node.pool" if self.role == "pool" else "flow_sdk.node.agent"
 
     def with_provider_config(self, config: Mapping[str, Any]) -> BootConfig:
         """The same boot with the provider config a provider's nodes use."""
@@ -42,7 +51,8 @@ class BootConfig:
     def encode(self) -> str:
         """The configuration as one line of JSON (the only encoder)."""
         data = {"task_id": self.task_id, "provider": self.provider,
-                "provider_config": dict(self.provider_config), "secret": self.secret}
+                "provider_config": dict(self.provider_config), "secret": self.secret,
+                "role": self.role}
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -60,10 +70,11 @@ class BootConfig:
             raise RecordError(f"{BOOT_ENV}: expected the fields {sorted(_FIELDS)}, got {got}; "
                               "run the same flow-sdk version on the client and the nodes")
         if not all(isinstance(data[k], str) for k in ("task_id", "provider", "secret")) \
-                or not isinstance(data["provider_config"], dict):
-            raise RecordError(f"{BOOT_ENV}: task_id, provider and secret must be strings and "
-                              "provider_config an object")
-        return cls(data["task_id"], data["provider"], data["provider_config"], data["secret"])
+                or not isinstance(data["provider_config"], dict) or data["role"] not in ROLES:
+            raise RecordError(f"{BOOT_ENV}: task_id, provider and secret must be strings, "
+                              f"provider_config an object and role one of {list(ROLES)}")
+        return cls(data["task_id"], data["provider"], data["provider_config"], data["secret"],
+                   data["role"])
 
 
 def node_boot(environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str, str]:

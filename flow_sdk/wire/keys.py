@@ -7,8 +7,10 @@ cannot drift apart.
 from __future__ import annotations
 
 
-def payload_key(digest: str) -> str:
-    return f"payloads/{digest}"
+def payload_key(digest: str, pool_id: str = "") -> str:
+    """A content-addressed payload (a call's code or its arguments); a pool's tasks keep
+    theirs in the pool's folder."""
+    return f"tasks/{pool_id}/payloads/{digest}" if pool_id else f"payloads/{digest}"
 
 
 def code_key(sha256: str) -> str:

@@ -107,11 +107,18 @@ class TaskRecord:
 
     task_id: str
     spec: dict[str, Any]  # TaskSpec.model_dump(mode="json")
-    payload_digest: str
+    payload_digest: str  # the call (or, with ``code_digest``, its arguments)
     created_at: float
     rdzv_port: int
     master_port: int
     python: str = ""  # the caller's Python major.minor; the nodes refuse another one
+    code_digest: str = ""  # the call's code, stored apart from its arguments ("": together)
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        """Every payload the task's nodes read."""
+        return (self.payload_digest, self.code_digest) if self.code_digest else (
+            self.payload_digest,)
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskRecord:

@@ -15,6 +15,10 @@ copied to another key fails too:
 - Binary objects (results, error payloads) are ``FLOWMAC1`` + 64 hex digits + the bytes;
   :func:`open_blob` checks the MAC before the caller unpickles anything.
 
+A pool's secret seals what its nodes accept (``flow_sdk.wire.pools``): each task's own secret
+reaches a pool node encrypted and authenticated under it (:func:`seal_secret`), so it crosses
+the store without being readable there.
+
 Payloads stay content-addressed (shared between tasks): the signed task record names the
 payload's SHA-256, and a node compares it (:func:`same_digest`) before using the payload.
 """
@@ -95,6 +99,43 @@ def open_blob(secret: bytes, key: str, blob: bytes) -> bytes:
     if not hmac.compare_digest(claimed, mac(secret, key, data).encode()):
         raise SignatureError(key, "the object's MAC does not match the task's secret")
     return data
+
+
+def _derived(secret: bytes, purpose: bytes) -> bytes:
+    return hmac.new(secret, b"flow-seal\0" + purpose, hashlib.sha256).digest()
+
+
+def _keystream(key: bytes, nonce: bytes, length: int) -> bytes:
+    """HMAC-SHA256 in counter mode: a pseudo-random pad as long as ``length``."""
+    blocks = (length + 31) // 32
+    return b"".join(hmac.new(key, nonce + i.to_bytes(4, "big"), hashlib.sha256).digest()
+                    for i in range(blocks))[:length]
+
+
+def seal_secret(secret: bytes, label: str, plain: bytes) -> str:
+    """``plain`` encrypted (HMAC-SHA256 counter-mode pad, a fresh nonce) and authenticated
+    (HMAC over ``label``, nonce and ciphertext) under ``secret``, as hex: what carries a
+    task's secret to a pool node through the store."""
+    nonce = secrets.token_bytes(16)
+    pad = _keystream(_derived(secret, b"encrypt"), nonce, len(plain))
+    body = nonce + bytes(a ^ b for a, b in zip(plain, pad))
+    return body.hex() + mac(_derived(secret, b"mac"), label, body)
+
+
+def open_secret(secret: bytes, label: str, sealed: str) -> bytes:
+    """The bytes :func:`seal_secret` sealed under ``secret`` for ``label``; raises
+    ``SignatureError`` when they were sealed with another secret, for another label, or
+    altered."""
+    try:
+        body, claimed = bytes.fromhex(sealed[:-_MAC_HEX]), sealed[-_MAC_HEX:]
+    except ValueError:
+        raise SignatureError(label, "the sealed secret is not hex") from None
+    if len(body) < 16 or not hmac.compare_digest(claimed, mac(_derived(secret, b"mac"), label,
+                                                              body)):
+        raise SignatureError(label, "the sealed secret was not sealed with the pool's secret")
+    nonce, cipher = body[:16], body[16:]
+    pad = _keystream(_derived(secret, b"encrypt"), nonce, len(cipher))
+    return bytes(a ^ b for a, b in zip(cipher, pad))
 
 
 def same_digest(key: str, data: bytes, expected: str) -> bytes:

@@ -228,11 +228,10 @@ def test_tampered_payload_is_refused_before_unpickling(
     def innocent() -> int:
         return 1
 
-    blob = flow_payload.pack_call(innocent.fn, (), {})
-    digest = flow_payload.digest(blob)
+    code = flow_payload.pack_parts(innocent.fn, (), {}).code
     evil = flow_payload.dumps(_Touch(str(marker)))  # a valid envelope, other content
     provider = app.provider()
-    provider.store.put(wire.payload_key(digest), evil)  # swapped in the store
+    provider.store.put(wire.payload_key(flow_payload.digest(code)), evil)  # swapped in the store
     start = time.monotonic()
     with pytest.raises(TaskFailedError, match="does not match the digest"):
         innocent.remote()  # the node refuses it before any worker starts

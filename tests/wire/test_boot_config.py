@@ -34,14 +34,22 @@ def test_a_provider_sets_its_nodes_config_on_the_typed_object() -> None:
     ('{"task_id": "t", "provider": "aws", "provider_config": {}}', "expected the fields"),
     ('{"task_id": "t", "provider": "aws", "provider_config": {}, "secret": "", "x": 1}',
      "expected the fields"),
-    ('{"task_id": 1, "provider": "aws", "provider_config": {}, "secret": ""}',
+    ('{"task_id": 1, "provider": "aws", "provider_config": {}, "secret": "", "role": "task"}',
      "must be strings"),
-    ('{"task_id": "t", "provider": "aws", "provider_config": [], "secret": ""}',
+    ('{"task_id": "t", "provider": "aws", "provider_config": [], "secret": "", "role": "task"}',
      "provider_config an object"),
+    ('{"task_id": "t", "provider": "aws", "provider_config": {}, "secret": "", "role": "boss"}',
+     "role one of"),
 ])
 def test_decode_refuses_anything_else_naming_the_problem(text: str, problem: str) -> None:
     with pytest.raises(RecordError, match=problem):
         BootConfig.decode(text)
+
+
+def test_a_pool_boot_round_trips_and_starts_the_pool_daemon() -> None:
+    pool = BootConfig("dev-1", "local", {}, secret=BOOT.secret, role="pool")
+    assert BootConfig.decode(pool.encode()) == pool
+    assert (pool.node_module, BOOT.node_module) == ("flow_sdk.node.pool", "flow_sdk.node.agent")
 
 
 def test_a_node_reads_its_boot_from_the_file_before_the_environment(tmp_path: Path) -> None:

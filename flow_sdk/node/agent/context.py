@@ -6,8 +6,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flow_sdk.node.agent.gang import Gang
 from flow_sdk.node.agent.log import AgentLog
 from flow_sdk.node.agent.records import NodeRecords
+from flow_sdk.node.agent.spawn import Template
 from flow_sdk.wire import BootConfig
 from flow_sdk.providers.base import Provider
 
@@ -24,6 +26,9 @@ class NodeContext:
     secret: bytes  # the task's secret: it signs the records and admits nodes to the store
     records: NodeRecords
     log: AgentLog
+    gang: Gang  # where the task's nodes come from: its own, or a pool's
+    template: Template | None = None  # a pool node's warm interpreter: workers fork from it
+    code_cache: Path | None = None  # a pool node's calls' code, kept by digest between tasks
     stop_requested: threading.Event = field(default_factory=threading.Event)  # SIGTERM
 
     @property

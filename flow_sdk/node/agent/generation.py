@@ -7,6 +7,7 @@ list is the fallback when that record is absent, stale or forged.
 
 from __future__ import annotations
 
+import os
 import time
 
 from flow_sdk import procs
@@ -16,7 +17,8 @@ from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.recovery import conclude
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.node.agent.watch import Watch
-from flow_sdk.node.agent.workers import WorkerGroup
+from flow_sdk.node.agent import spawn
+from flow_sdk.node.agent.workers import Spawn, WorkerGroup
 from flow_sdk.errors import FlowError, SignatureError
 from flow_sdk.wire import NodePhase, TaskRecord, TaskStatus
 from flow_sdk.rendezvous import Membership, discover, from_record, worker_env
@@ -46,7 +48,7 @@ def membership(node: NodeContext, gen: int, spec: TaskSpec, timeout_s: float) ->
         node.log(f"no membership record of generation {gen} names this node; asking the "
                  "provider for the task's instances")
     replaced = node.records.replaced() if gen else set()
-    return discover(lambda: [i for i in node.provider.list_instances(node.task_id)
+    return discover(lambda: [i for i in node.gang.instances()
                              if i.instance_id not in replaced],
                     node.instance_id, expected=spec.num_instances,
                     minimum=spec.min_instances or spec.num_instances, timeout_s=timeout_s)
@@ -116,6 +118,21 @@ class Generation:
         node.log(f"all {m.num_nodes} nodes arrived; starting {spec.slots_per_node} worker(s)")
         return m, store
 
+    def _spawn(self, envs: list[dict[str, str]]) -> Spawn:
+        """Fork the workers from the node's warm template when it has one that can start
+        them, else start them cold; a pool node says in the task's log which, and why."""
+        template = self.node.template
+        if template is None:
+            return spawn.cold
+        env = {**os.environ, **envs[0]}
+        problem = template.problem(env)
+        if problem is not None:
+            self.node.log(f"cold start: the warm template cannot start these workers: "
+                          f"{problem}")
+            return spawn.cold
+        self.node.log(f"workers fork from the node's {template.describe()} template")
+        return template.fork
+
     def _start_workers(self, m: Membership, volume_env: dict[str, str]) -> WorkerGroup:
         node, spec = self.node, self.spec
         envs = [worker_env(task_id=node.task_id, membership=m, local_rank=slot,
@@ -133,7 +150,8 @@ class Generation:
                               task_id=node.task_id, node_rank=m.node_rank, envs=envs,
                               pids_file=node.workdir / procs.WORKER_PGIDS_FILE,
                               payload_digest=self.record.payload_digest,
-                              generation=self.number)
+                              code_digest=self.record.code_digest,
+                              generation=self.number, spawn=self._spawn(envs))
         workers.start()
         node.records.write_node(m, NodePhase.RUNNING, spec.slots_per_node)
         return workers

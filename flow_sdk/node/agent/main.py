@@ -25,12 +25,16 @@ from flow_sdk import sdkwheel, wire
 from flow_sdk.wire import signing
 from flow_sdk.node.agent import clock
 from flow_sdk.node.agent.context import NodeContext
+from flow_sdk.node.agent.gang import Gang, OwnNodes, PoolNodes
 from flow_sdk.node.agent.generation import Generation
 from flow_sdk.node.agent.log import AgentLog
 from flow_sdk.node.agent.records import NodeRecords
+from flow_sdk.node.agent.spawn import Template
 from flow_sdk.node.agent.timers import Deadline
+from flow_sdk.node.agent.worker import CALL_CODE_FILE
 from flow_sdk.errors import SignatureError
 from flow_sdk.wire import BOOT_ENV, BootConfig, NodePhase, TaskRecord, node_boot
+from flow_sdk.wire.pools import pool_of_task
 from flow_sdk.providers import get_provider
 from flow_sdk.sdkwheel import PythonMismatchError
 from flow_sdk.spec import TaskSpec
@@ -39,14 +43,19 @@ from flow_sdk.spec import TaskSpec
 class Agent:
     """One node's agent: it checks the task, then runs generations until one ends the task."""
 
-    def __init__(self, boot: BootConfig, instance_id: str, address: str, workdir: Path) -> None:
+    def __init__(self, boot: BootConfig, instance_id: str, address: str, workdir: Path, *,
+                 template: Template | None = None, code_cache: Path | None = None) -> None:
+        """``template`` and ``code_cache``: a pool node's warm interpreter (this process,
+        forked from it) and its calls' code by digest."""
         provider = get_provider(boot.provider, boot.provider_config)
         secret = signing.secret_from_hex(boot.secret)
         log = AgentLog(provider, boot.task_id, instance_id)
         store = signing.SignedStore(provider.store, secret)  # checks every read
         records = NodeRecords(store, boot.task_id, instance_id, address, log)
+        gang: Gang = PoolNodes(provider, store, boot.task_id) if pool_of_task(boot.task_id) \
+            else OwnNodes(provider, boot)
         self.node = NodeContext(boot, instance_id, address, workdir, provider, secret, records,
-                                log)
+                                log, gang, template, code_cache)
 
     def run(self) -> int:
         """The node's exit status: 0 when the task succeeded, 1 when it failed."""
@@ -71,19 +80,38 @@ class Agent:
                                   "was incomplete")
                 return None
             record = TaskRecord.from_json(raw)
-            key = wire.payload_key(record.payload_digest)
-            blob = node.provider.store.get(key)
-            if blob is None:
-                node.records.fail(f"payload {record.payload_digest[:16]} is missing from the "
-                                  "store")
-                return None
-            signing.same_digest(key, blob, record.payload_digest)
+            blob = self._payload(record.payload_digest, cached=False)
+            code = self._payload(record.code_digest, cached=True) if record.code_digest else b""
             sdkwheel.require_python(record.python)
         except (SignatureError, PythonMismatchError) as exc:
             node.records.fail(f"node {node.instance_id} refused to run the task: {exc}")
             return None
+        except FileNotFoundError as exc:
+            node.records.fail(str(exc))
+            return None
         (node.workdir / "payload").write_bytes(blob)
+        if record.code_digest:
+            (node.workdir / CALL_CODE_FILE).write_bytes(code)
         return record
+
+    def _payload(self, digest: str, *, cached: bool) -> bytes:
+        """The payload stored under ``digest`` (a digest the signed task record names),
+        checked; a call's code comes from the node's cache when it holds it (``cached``).
+        Raises FileNotFoundError when the store lacks it."""
+        node = self.node
+        key = wire.payload_key(digest, pool_of_task(node.task_id))
+        kept = node.code_cache / digest if cached and node.code_cache is not None else None
+        if kept is not None and kept.is_file():
+            return signing.same_digest(key, kept.read_bytes(), digest)
+        blob = node.provider.store.get(key)
+        if blob is None:
+            raise FileNotFoundError(f"payload {digest[:16]} is missing from the store")
+        signing.same_digest(key, blob, digest)
+        if kept is not None:
+            temp = kept.with_name(f".{digest}.{os.getpid()}")
+            temp.write_bytes(blob)
+            os.replace(temp, kept)
+        return blob
 
     @staticmethod
     def _runtime_cap(spec: TaskSpec, record: TaskRecord) -> Deadline | None:
@@ -105,11 +133,9 @@ class Agent:
                                 f"most {spec.max_restarts})")
 
 
-def main() -> int:
-    boot, instance_id, address = node_boot()
-    os.environ.pop(BOOT_ENV, None)  # it carries the task's secret: workers do not inherit it
-    agent = Agent(boot, instance_id, address,
-                  Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd())))
+def serve(agent: Agent) -> int:
+    """Run ``agent`` in this process: SIGTERM asks it to stop its workers; a crash is recorded
+    as the task's failure. Its exit status."""
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         agent.node.stop_requested.set()
@@ -119,8 +145,15 @@ def main() -> int:
         return agent.run()
     except Exception as exc:  # last resort: record why the node died, then exit non-zero
         agent.node.log("agent crashed:\n" + "".join(traceback.format_exception(exc)))
-        agent.node.records.fail(f"node agent on {instance_id} crashed: {exc!r}")
+        agent.node.records.fail(f"node agent on {agent.node.instance_id} crashed: {exc!r}")
         return 70
+
+
+def main() -> int:
+    boot, instance_id, address = node_boot()
+    os.environ.pop(BOOT_ENV, None)  # it carries the task's secret: workers do not inherit it
+    return serve(Agent(boot, instance_id, address,
+                       Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd()))))
 
 
 if __name__ == "__main__":

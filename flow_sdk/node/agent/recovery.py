@@ -16,7 +16,6 @@ from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import GangMember, NodePhase, Outcome, TaskStatus
-from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.rendezvous import Membership
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.spec import TaskSpec
@@ -104,8 +103,7 @@ def _restart(node: NodeContext, gen: int, spec: TaskSpec, m: Membership,
              root: FailureReport) -> NodePhase:
     """Replaces the lost nodes and opens generation ``gen + 1``; FAILED when this node is one
     of those replaced, or when the provider refuses."""
-    running = {i.instance_id for i in node.provider.list_instances(node.task_id)
-               if i.state == "running"}
+    running = {i.instance_id for i in node.gang.instances() if i.state == "running"}
     lost = [iid for rank, iid in enumerate(m.instance_ids)
             if iid not in running or (root.lost and rank == root.node)]
     cause = root.message.splitlines()[0]
@@ -114,17 +112,19 @@ def _restart(node: NodeContext, gen: int, spec: TaskSpec, m: Membership,
     others = [iid for iid in lost if iid != node.instance_id]
     try:
         if others:
-            node.provider.terminate_instances(node.task_id, others)
+            node.gang.release(others)
         node.records.write_restart(gen + 1, root, lost)
-        added = node.provider.add_instances(
-            LaunchRequest(node.task_id, spec, node.boot), len(lost)) if lost else []
+        taken = set(m.instance_ids) | node.records.replaced()
+        added = node.gang.replace(spec, len(lost), taken) if lost else []
         kept = [GangMember(iid, address) for iid, address in zip(m.instance_ids, m.addresses)
                 if iid not in lost]
-        node.records.write_members(gen + 1, kept + [GangMember(i.instance_id, i.address)
-                                                    for i in added])
+        node.records.write_members(gen + 1, kept + added)
+        if added:
+            node.log.event(f"generation {gen + 1} takes {', '.join(a.instance_id for a in added)}"
+                           f" in place of {', '.join(lost)}")
         if node.instance_id in lost:  # this node is the lost one (e.g. a spot interruption):
             node.log.event("this node is being replaced; terminating it")  # it goes last
-            node.provider.terminate_instances(node.task_id, [node.instance_id])
+            node.gang.release([node.instance_id])
             return NodePhase.FAILED
     except FlowError as exc:
         node.records.fail(f"could not restart after {cause}: {exc}")

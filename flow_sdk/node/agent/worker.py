@@ -20,6 +20,9 @@ from flow_sdk.node import headjob
 from flow_sdk.payload import Call, CodeOrigins
 
 _PR_SET_PDEATHSIG = 1
+CALL_CODE_FILE = "payload-code"  # in the node's working directory, beside "payload"
+CODE_PATH_ENV = "FLOW_CALL_CODE_PATH"  # the call's code, when stored apart from its arguments
+CODE_DIGEST_ENV = "FLOW_CALL_CODE_DIGEST"
 DEFAULT_MAX_RESULT_BYTES = 1 << 30  # results travel through the object store; 1 GiB at most
 
 
@@ -68,9 +71,12 @@ def _run(call: Call) -> Any:
 def main() -> int:
     _die_with_agent()
     blob = Path(os.environ["FLOW_PAYLOAD_PATH"]).read_bytes()
+    code_path = os.environ.get(CODE_PATH_ENV)  # set when the call's code is stored apart
+    code = Path(code_path).read_bytes() if code_path else b""
     result_path = Path(os.environ["FLOW_RESULT_PATH"])
     error_path = Path(os.environ["FLOW_ERROR_PATH"])
-    if payload.digest(blob) != os.environ["FLOW_PAYLOAD_DIGEST"]:
+    if payload.digest(blob) != os.environ["FLOW_PAYLOAD_DIGEST"] or (
+            code_path and payload.digest(code) != os.environ[CODE_DIGEST_ENV]):
         exc = PayloadError("payload does not match the digest it was stored under; refusing "
                            "to unpickle it")
         _write(error_path, _error_blob(exc, {}))
@@ -78,7 +84,7 @@ def main() -> int:
     limit = int(os.environ.get("FLOW_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES))
     origins: CodeOrigins = {}
     try:
-        call = payload.unpack_call(blob)
+        call = payload.unpack_parts(code, blob) if code_path else payload.unpack_call(blob)
         origins = call.origins
         result = _run(call)
         data = payload.dumps(result)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow_sdk import wire
-from flow_sdk import procs
+from flow_sdk import procs, wire
+from flow_sdk.node.agent import spawn as _spawn
+from flow_sdk.node.agent.worker import CALL_CODE_FILE, CODE_DIGEST_ENV, CODE_PATH_ENV
 from flow_sdk.providers.base import LogRecord, LogStore
+
+Spawn = Callable[[Mapping[str, str], Path], _spawn.Process]
 
 TAIL_LINES = 40
 
@@ -40,7 +41,7 @@ class WorkerExit:
 
 
 class _Worker:
-    def __init__(self, local_rank: int, rank: int, proc: subprocess.Popen[bytes],
+    def __init__(self, local_rank: int, rank: int, proc: _spawn.Process,
                  log_store: LogStore, task_id: str, stream: str) -> None:
         self.local_rank = local_rank
         self.rank = rank
@@ -68,7 +69,11 @@ class WorkerGroup:
 
     def __init__(self, *, workdir: Path, log_store: LogStore, task_id: str, node_rank: int,
                  envs: Sequence[Mapping[str, str]], pids_file: Path, payload_digest: str,
-                 generation: int = 0) -> None:
+                 code_digest: str = "", generation: int = 0,
+                 spawn: Spawn = _spawn.cold) -> None:
+        """``code_digest``: the call's code, stored apart from its arguments in
+        ``workdir/code`` ("" when the payload holds both). ``spawn`` starts one worker
+        (``spawn.cold``, or a warm template's ``fork``)."""
         self.workdir = workdir
         self._log_store = log_store
         self._task_id = task_id
@@ -76,6 +81,8 @@ class WorkerGroup:
         self._envs = envs
         self._pids_file = pids_file
         self._payload_digest = payload_digest
+        self._code_digest = code_digest
+        self._spawn = spawn
         self._generation = generation
         self.workers: list[_Worker] = []
         self._results = workdir / "results" / f"g{generation}"  # a restart starts clean
@@ -99,13 +106,13 @@ class WorkerGroup:
                         "FLOW_PAYLOAD_DIGEST": self._payload_digest,
                         "FLOW_RESULT_PATH": str(self.result_path(rank)),
                         "FLOW_ERROR_PATH": str(self.error_path(rank))})
+            if self._code_digest:
+                env.update({CODE_PATH_ENV: str(self.workdir / CALL_CODE_FILE),
+                            CODE_DIGEST_ENV: self._code_digest})
             if "RANK" in extra and "TORCHELASTIC_ERROR_FILE" not in extra:  # like torchrun's,
                 env["TORCHELASTIC_ERROR_FILE"] = str(  # for torch.distributed.elastic's @record
                     self._results / f"torchelastic-error-{rank}.json")
-            proc = subprocess.Popen([sys.executable, "-m", "flow_sdk.node.agent.worker"],
-                                    cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = self._spawn(env, self.workdir)
             stream = wire.rank_stream(self._node_rank, rank)
             self.workers.append(_Worker(local_rank, rank, proc, self._log_store,
                                         self._task_id, stream))

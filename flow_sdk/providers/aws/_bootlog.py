@@ -35,7 +35,7 @@ def _writer(boot: BootConfig, instance_id: str) -> LogWriter | None:
 def main() -> int:
     boot, instance_id, _address = node_boot()
     writer = _writer(boot, instance_id)
-    agent = subprocess.Popen([sys.executable, "-m", "flow_sdk.node.agent"],
+    agent = subprocess.Popen([sys.executable, "-m", boot.node_module],
                              stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

@@ -4,7 +4,7 @@ live task; and what the node runtime runs for ended tasks.
 
 Only resources tagged with this provider's store (``flow:store = s3://bucket/prefix``) are
 considered, so two flow installations sharing an account never reclaim each other's. A task is
-live while its record is in the store, it has no outcome, its launch was not rolled back or cut
+live while its record is in the store (a pool's: its pool record), it has no outcome, its launch was not rolled back or cut
 short (a launch lease that its client stopped renewing: ``_lease``), and it is within its
 runtime cap.
 """
@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from flow_sdk import wire
 from flow_sdk.errors import ProviderError, RecordError
 from flow_sdk.wire import LaunchLease, TaskRecord
+from flow_sdk.wire.pools import pool_key
 from flow_sdk.providers.aws._iam import task_roles
 from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import (
@@ -39,6 +40,8 @@ def task_verdict(store: ObjectStore, task_id: str, now: float) -> str | None:
     if not task_id:
         return "carries an empty task id"
     raw = store.get(wire.task_key(task_id))
+    if raw is None and store.exists(pool_key(task_id)):  # a pool: live until the caller's
+        return _launch_verdict(store.get(wire.launch_lease_key(task_id)), now)  # gc says
     if raw is None:
         return "no task record in the store"
     outcome = store.get(wire.outcome_key(task_id))

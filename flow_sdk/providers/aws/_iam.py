@@ -84,6 +84,10 @@ class TaskAccess:
     mounts: tuple[str, ...] = ()  # the task's S3 mount URIs
     replacements: bool = False  # max_restarts > 0: the nodes may replace lost nodes
     block_volumes: tuple[str, ...] = ()  # names of the task's EBS (block) volumes
+    code_digest: str | None = None  # the call's code, stored apart from its arguments
+    # A pool's nodes: ``task_id`` is the pool's id, and the role reaches the pool's folder and
+    # log group and those of its tasks (whose ids start with the pool's), and their payloads.
+    pool: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,11 +163,16 @@ def task_policy(access: TaskAccess, role_arn: str, pins: LaunchPins | None = Non
     when ``access.replacements`` and the gang has landed (``pins``)."""
     bucket, owner = access.bucket, access.bucket_owner
     store = f"arn:aws:s3:::{bucket}/{access.prefix}"
-    folder = access.prefix + wire.task_prefix(access.task_id)
+    # a pool's folder without its slash: ``tasks/<pool id>*`` holds the pool's own folder and
+    # its tasks' (``tasks/<pool id>.<task>/``), payloads included; pool ids never extend one
+    # another (a fixed-width random suffix), so no other pool's objects match
+    folder = access.prefix + (wire.task_prefix(access.task_id).rstrip("/") if access.pool
+                              else wire.task_prefix(access.task_id))
     shared = [store + access.code_key]
-    if access.payload_digest is not None:
-        shared.append(store + wire.payload_key(access.payload_digest))
-    group = f"arn:aws:logs:{access.region}:*:log-group:{access.log_group}"
+    shared += [store + wire.payload_key(d) for d in (access.payload_digest, access.code_digest)
+               if d is not None]
+    group = f"arn:aws:logs:{access.region}:*:log-group:{access.log_group}" + (
+        "*" if access.pool else "")
     statements: list[dict[str, Any]] = [
         _owned({"Sid": "TaskObjects", "Effect": "Allow",
                 "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],

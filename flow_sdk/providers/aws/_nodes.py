@@ -75,14 +75,17 @@ class AwsNodes:
         """What the task's nodes may reach (``_iam``): its payload is the one its task
         record (written before the launch) names."""
         raw = self.store.get(wire.task_key(task_id))
+        record = TaskRecord.from_json(raw) if raw else None
         return TaskAccess(
             task_id=task_id, bucket=self.bucket_name(), prefix=self.cfg.prefix,
             store_tag=self.store_tag, region=self.cfg.region,
             log_group=self.cfg.log_group_prefix + task_id, code_key=code.key,
-            payload_digest=TaskRecord.from_json(raw).payload_digest if raw else None,
+            payload_digest=record.payload_digest if record else None,
+            code_digest=record.code_digest or None if record else None,
             bucket_owner=self.bucket_owner(), mounts=tuple(sorted(set(spec.mounts.values()))),
-            replacements=spec.max_restarts > 0, block_volumes=tuple(sorted(
-                v.name for v in spec.volumes.values() if v.interface == "block")))
+            replacements=spec.max_restarts > 0 or spec.spares > 0, block_volumes=tuple(sorted(
+                v.name for v in spec.volumes.values() if v.interface == "block")),
+            pool=spec.pool is not None)
 
     def task_profile(self, task_id: str, spec: TaskSpec, code: CodeRef) -> tuple[str, bool]:
         """The instance profile the task's nodes run with, and whether it is new (EC2 may

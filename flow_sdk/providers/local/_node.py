@@ -54,9 +54,10 @@ def node_env(request: LaunchRequest, instance_id: str, address: str, workdir: Pa
 
 
 def spawn(env: Mapping[str, str], workdir: Path, stream: Path, instance_id: str,
-          sshd_argv: Sequence[str]) -> dict[str, Any]:
-    """Start the node's keeper, then its agent writing into the keeper's stdin; returns the
-    instance record's fields for both."""
+          sshd_argv: Sequence[str], module: str) -> dict[str, Any]:
+    """Start the node's keeper, then its agent (``python -m module``: the task's agent, or a
+    pool's daemon) writing into the keeper's stdin; returns the instance record's fields for
+    both."""
     read_end, write_end = os.pipe()
     try:
         keeper = subprocess.Popen(
@@ -67,7 +68,7 @@ def spawn(env: Mapping[str, str], workdir: Path, stream: Path, instance_id: str,
         fields: dict[str, Any] = {"keeper_pid": keeper.pid,
                                   "keeper_ticks": procs.start_ticks(keeper.pid)}
         agent = subprocess.Popen(
-            [sys.executable, "-m", "flow_sdk.node.agent"], cwd=workdir, env=env,
+            [sys.executable, "-m", module], cwd=workdir, env=env,
             stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
             start_new_session=True)
     finally:

@@ -221,7 +221,8 @@ class LocalProvider(Provider):
                                   "terminated": False, **ssh_fields}
         stream = self._logs.stream_path(task_id, boot_stream(instance_id))
         private_dirs(stream.parent)
-        record.update(_node.spawn(env, workdir, stream, instance_id, sshd_argv))
+        record.update(_node.spawn(env, workdir, stream, instance_id, sshd_argv,
+                                  request.boot.node_module))
         replace_file(self._records_dir(task_id) / f"{instance_id}.json", json.dumps(record))
         return _instance(record, "running")
 

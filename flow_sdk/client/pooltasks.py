@@ -1,0 +1,181 @@
+"""A task on a pool: does it fit the pool, which nodes it gets, and its launch.
+
+The client picks the pool's ready nodes for the task's gang (by instance id) and gives it the
+others as spares; it stores the call's code and arguments in the pool's folder by digest
+(unchanged code is not stored again), writes the task's records sealed with the task's own
+secret, claims the task's place in the pool's order, and writes one assignment per node,
+sealed with the pool's secret, carrying the task's secret sealed under it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flow_sdk import payload, poolfiles, sdkwheel, tasksecrets, wire
+from flow_sdk.client.pools import Pool, pool_provider, pool_spec, sdk_digest, start_pool
+from flow_sdk.client.records import save_client_record
+from flow_sdk.client.task import Task
+from flow_sdk.errors import FieldProblem, PoolMismatchError, PoolNotFoundError, ProviderError
+from flow_sdk.providers.base import Instance, Provider
+from flow_sdk.spec import TaskSpec
+from flow_sdk.wire import (
+    GangMember,
+    LaunchedNode,
+    LaunchRecord,
+    MembershipRecord,
+    TaskRecord,
+    signing,
+)
+from flow_sdk.wire.pools import (
+    TASK_SEPARATOR,
+    Assignment,
+    PoolRecord,
+    SequenceClaim,
+    StandbyRecord,
+    assignment_key,
+    sequence_key,
+    sequence_prefix,
+    standby_key,
+)
+
+STOP_MARGIN_S = 5.0  # a node this close to its idle stop is not given a task
+
+
+def fit_problems(record: PoolRecord, spec: TaskSpec, provider: Provider) -> list[FieldProblem]:
+    """How ``spec`` does not fit the pool ``record`` describes (empty when it fits)."""
+    pool = TaskSpec.model_validate(record.spec)
+    name = record.name
+    problems = []
+
+    def differs(field: str, mine: Any, theirs: Any, fix: str) -> None:
+        if mine != theirs:
+            problems.append(FieldProblem(field, f"the task asks for {mine!r}; pool {name!r} "
+                                                f"has {theirs!r}: {fix}"))
+
+    take_down = f"take the pool down (`flow pool down {name}`) to make it again"
+    differs("provider", spec.provider, pool.provider, f"use provider={pool.provider!r}, or "
+            + take_down)
+    differs("gpu", str(spec.gpu) if spec.gpu else None, str(pool.gpu) if pool.gpu else None,
+            "ask for the pool's GPUs, or " + take_down)
+    differs("image", spec.image, pool.image, "use the pool's image, or " + take_down)
+    if spec.region is not None:
+        differs("region", spec.region, pool.region, "drop region, or " + take_down)
+    if spec.num_instances > record.size:
+        problems.append(FieldProblem("num_instances", (
+            f"the task needs {spec.num_instances} node(s); pool {name!r} has {record.size} "
+            f"(and {record.spares} spare(s)): use at most {record.size}, or " + take_down)))
+    if spec.spares > record.spares:
+        problems.append(FieldProblem("spares", (
+            f"the task asks for {spec.spares} spare(s); pool {name!r} keeps {record.spares}: "
+            + take_down)))
+    if spec.idle_stop is not None:
+        differs("idle_stop", spec.idle_stop, record.idle_stop_s,
+                "drop idle_stop (the pool's applies), or " + take_down)
+    theirs = {p: v.model_dump() for p, v in pool.volumes.items()}
+    missing = {p: v.model_dump() for p, v in spec.volumes.items()
+               if theirs.get(p) != v.model_dump()}
+    if missing:
+        problems.append(FieldProblem("volumes", (
+            f"the task mounts {sorted(missing)}, which pool {name!r}'s nodes do not mount as "
+            f"asked (they mount {sorted(theirs) or 'none'}): " + take_down)))
+    if record.sdk != sdk_digest() or record.python != sdkwheel.python_version():
+        problems.append(FieldProblem("pool", (
+            f"pool {name!r} runs another flow-sdk or Python than this client (pool "
+            f"{record.sdk[:12]} on Python {record.python}, this client {sdk_digest()[:12]} on "
+            f"Python {sdkwheel.python_version()}): " + take_down)))
+    if spec.max_price_per_hour is not None:
+        prices = [i.usd_per_hour for i in provider.list_instances(record.pool_id)
+                  if i.state == "running"]
+        if prices and max(prices) > spec.max_price_per_hour:
+            problems.append(FieldProblem("max_price_per_hour", (
+                f"pool {name!r}'s nodes cost ${max(prices):.4f}/h, above the task's cap "
+                f"${spec.max_price_per_hour:.4f}/h: raise the cap, or " + take_down)))
+    return problems
+
+
+def pool_for(provider: Provider, spec: TaskSpec) -> tuple[Pool, PoolRecord]:
+    """The live pool ``spec.pool`` names, made with the task's shape when there is none;
+    ``PoolMismatchError`` when the task does not fit it."""
+    assert spec.pool is not None
+    found = poolfiles.load_pool_file(spec.pool)
+    pool = None
+    if found is not None:
+        pool = Pool(spec.pool, found.pool_id, pool_provider(found.provider, found.provider_config))
+        if not pool.is_up():
+            pool = None
+    if pool is None:
+        pool = start_pool(provider, pool_spec(spec))
+    record = pool.record()
+    if record is None:
+        raise PoolNotFoundError(f"pool {spec.pool!r} ({pool.pool_id}) has no record in its "
+                                f"store; take it down (`flow pool down {spec.pool}`) and "
+                                "make it again")
+    problems = fit_problems(record, spec, pool.provider)
+    if problems:
+        raise PoolMismatchError(problems)
+    return pool, record
+
+
+def _pick_nodes(pool: Pool, spec: TaskSpec) -> tuple[list[Instance], list[Instance]]:
+    """The task's gang (the first ``num_instances`` ready nodes by instance id) and its spares
+    (every other ready node)."""
+    now = time.time()
+    members = pool.members()
+    ready = [i for i in pool.instances() if i.state == "running"
+             and (m := members.get(i.instance_id)) is not None and m.state != "stopping"
+             and (m.stop_at is None or m.stop_at > now + STOP_MARGIN_S)]
+    if len(ready) < spec.num_instances:
+        raise ProviderError(f"pool {pool.name!r} has {len(ready)} ready node(s) and the task "
+                            f"needs {spec.num_instances}; `flow pool list` shows its nodes")
+    return ready[:spec.num_instances], ready[spec.num_instances:]
+
+
+def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCall,
+                   new_task_id: str) -> Task:
+    """Launch a task on the pool ``spec.pool`` names (see the module docstring)."""
+    pool, record = pool_for(provider, spec)
+    provider = pool.provider
+    gang, spares = _pick_nodes(pool, spec)
+    task_id = f"{pool.pool_id}{TASK_SEPARATOR}{new_task_id}"
+    secret = signing.new_secret()
+    tasksecrets.save_task_secret(task_id, secret)
+    signed = signing.SignedStore(provider.store, signing.secret_from_hex(secret))
+    digests = []
+    for blob in (packed.args, packed.code):
+        digest = payload.digest(blob)
+        provider.store.put_if_absent(wire.payload_key(digest, pool.pool_id), blob)
+        digests.append(digest)
+    rdzv_port, master_port = provider.rendezvous_ports()
+    now = time.time()
+    signed.put_record(wire.task_key(task_id), TaskRecord(
+        task_id, spec.model_dump(mode="json"), digests[0], now, rdzv_port, master_port,
+        python=sdkwheel.python_version(), code_digest=digests[1]))
+    save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
+                                           "created_at": now, "pool": pool.name})
+    signed.put_record(wire.membership_key(task_id, 0), MembershipRecord(0, [
+        GangMember(i.instance_id, i.address) for i in gang], now))
+    signed.put_record(standby_key(task_id), StandbyRecord(pool.pool_id, [
+        GangMember(i.instance_id, i.address) for i in spares]))
+    signed.put_record(wire.launch_key(task_id), LaunchRecord(now, [
+        LaunchedNode(i.instance_id, i.instance_type, i.market, i.usd_per_hour, i.zone)
+        for i in gang + spares]))
+    number = _claim_number(pool, task_id)
+    pool_secret = tasksecrets.load_task_secret(pool.pool_id)
+    for role, nodes in (("run", gang), ("standby", spares)):
+        for instance in nodes:
+            key = assignment_key(pool.pool_id, instance.instance_id, number)
+            pool.store.put_record(key, Assignment(
+                number, task_id, role, signing.seal_secret(pool_secret, key,
+                                                           bytes.fromhex(secret)), now))
+    return Task(task_id, provider)
+
+
+def _claim_number(pool: Pool, task_id: str) -> int:
+    """The task's place in the pool's order: the first free number, claimed atomically."""
+    taken = pool.provider.store.list(sequence_prefix(pool.pool_id))
+    number = max((int(k.rsplit("/", 1)[1]) for k in taken), default=-1) + 1
+    while not pool.store.put_record_if_absent(sequence_key(pool.pool_id, number),
+                                              SequenceClaim(task_id)):
+        number += 1
+    return number

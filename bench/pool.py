@@ -61,18 +61,27 @@ def local_rounds(repeats: int) -> dict[str, list[float]]:
             times["cold"].append(_timed(cold.spawn))
             times["warm"].append(_timed(warm.spawn))
             times["torchrun"].append(time_torchrun())
-        code_bytes(pool, warm)
+        code_bytes(pool, app)
     finally:
         pool.down()
     return times
 
 
-def code_bytes(pool: Pool, warm: Any) -> None:
-    """Bytes stored under the pool's payload folder by one more task with unchanged code."""
+def allreduce_scaled(scale: float) -> float:
+    """The all-reduce times ``scale``: a call whose arguments change from task to task."""
+    return allreduce_job() * scale
+
+
+def code_bytes(pool: Pool, app: FlowApp) -> None:
+    """Bytes stored under the pool's payload folder by a second task whose code is unchanged
+    and whose arguments are new."""
+    fn = app.function(num_instances=2, workers_per_node=2, pool="bench",
+                      quiet=True)(allreduce_scaled)
+    fn.spawn(1.0).result(timeout=300)
     store = pool.provider.store
     folder = f"tasks/{pool.pool_id}/payloads/"
     before = set(store.list(folder))
-    task: Task = warm.spawn()
+    task: Task = fn.spawn(2.0)
     task.result(timeout=300)
     record = task.record()
     added = set(store.list(folder)) - before
@@ -135,8 +144,8 @@ def _train(steps: int, folder: str) -> list[float]:
 
 
 def _step_times(task: Task) -> list[tuple[float, int]]:
-    return [(e.ts, int(e.text.split()[1])) for e in task.log_entries(node=0)
-            if e.text.startswith("step ")]
+    return [(e["ts"], int(e["text"].split()[1])) for e in task.log_entries(node=0)
+            if e["text"].startswith("step ")]
 
 
 def _sim_agent_pid(task: Task, instance_id: str) -> int:

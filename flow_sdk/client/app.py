@@ -48,12 +48,21 @@ class FlowApp:
         self.name = name
         self.default_provider = provider
         self._provider_configs: dict[str, dict[str, Any] | None] = {provider: provider_config}
+        self._providers: dict[str, tuple[tuple[tuple[str, str], ...], Provider]] = {}
 
     def provider(self, name: str | None = None) -> Provider:
-        """A provider instance, built per call so it reflects the current environment
-        (e.g. ``FLOW_HOME``) rather than the one at decoration time."""
+        """A provider instance for the current environment (e.g. ``FLOW_HOME``, the AWS
+        settings) rather than the one at decoration time: built again whenever the ``FLOW_*``
+        or ``AWS_*`` environment changed, else reused (building a cloud provider costs API
+        calls, which a task on a warm pool would notice)."""
         key = name or self.default_provider
-        return get_provider(key, self._provider_configs.get(key))
+        environment = tuple(sorted((k, v) for k, v in os.environ.items()
+                                   if k.startswith(("FLOW_", "AWS_"))))
+        cached = self._providers.get(key)
+        if cached is None or cached[0] != environment:
+            cached = (environment, get_provider(key, self._provider_configs.get(key)))
+            self._providers[key] = cached
+        return cached[1]
 
     @overload
     def function(self, fn: Callable[P, R], /) -> RemoteFunction[P, R]: ...
@@ -182,7 +191,7 @@ class RemoteFunction(Generic[P, R]):
                 kwargs: dict[str, Any]) -> Task:
         provider = self.app.provider(self.spec.provider)
         refuse_launch(provider, self.spec)  # before the plan asks to confirm it
-        if not self.watch.quiet and not pools.pool_is_up(self.spec.pool):
+        if not self.watch.quiet and not pools.pool_is_up(self.spec.pool, provider):
             progress.show_plan(provider.plan(self.spec), reporter, self.watch)
         packed = payload.pack_parts(self.fn, args, dict(kwargs), include=self.spec.include)
         return launch_task(provider, self.spec, packed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -116,13 +117,18 @@ class Pool:
         return f"Pool({self.name!r}, id={self.pool_id!r}, provider={self.provider.name!r})"
 
     @classmethod
-    def named(cls, name: str) -> Pool:
-        """The pool ``name`` this machine made; ``PoolNotFoundError`` when there is none."""
+    def named(cls, name: str, provider: Provider | None = None) -> Pool:
+        """The pool ``name`` this machine made; ``PoolNotFoundError`` when there is none.
+        ``provider``, when it is the pool's (same name and configuration), is used as is."""
         found = poolfiles.load_pool_file(name)
         if found is None:
             raise PoolNotFoundError(f"no pool {name!r} on this machine; `flow pool list` shows "
                                     f"the pools, `flow pool up {name} ...` makes one")
-        return cls(name, found.pool_id, get_provider(found.provider, found.provider_config))
+        same = provider is not None and provider.name == found.provider and json.dumps(
+            provider.config(), sort_keys=True) == json.dumps(found.provider_config,
+                                                             sort_keys=True)
+        return cls(name, found.pool_id, provider if same and provider is not None else
+                   pool_provider(found.provider, found.provider_config))
 
     @property
     def store(self) -> signing.SignedStore:
@@ -304,13 +310,11 @@ def start_pool(provider: Provider, spec: TaskSpec) -> Pool:
     return pool
 
 
-def pool_is_up(name: str | None) -> bool:
+def pool_is_up(name: str | None, provider: Provider | None = None) -> bool:
     """Whether this machine made the pool ``name`` and a node of it runs."""
-    found = poolfiles.load_pool_file(name) if name is not None else None
-    if found is None:
+    if name is None or poolfiles.load_pool_file(name) is None:
         return False
-    return Pool(name or "", found.pool_id, pool_provider(found.provider,
-                                                     found.provider_config)).is_up()
+    return Pool.named(name, provider).is_up()
 
 
 def list_pools() -> list[PoolStatus]:

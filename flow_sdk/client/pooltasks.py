@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from flow_sdk import payload, poolfiles, sdkwheel, tasksecrets, wire
-from flow_sdk.client.pools import Pool, pool_provider, pool_spec, sdk_digest, start_pool
+from flow_sdk.client.pools import Pool, pool_spec, sdk_digest, start_pool
 from flow_sdk.client.records import save_client_record
 from flow_sdk.client.task import Task
 from flow_sdk.errors import FieldProblem, PoolMismatchError, PoolNotFoundError, ProviderError
@@ -42,8 +42,10 @@ from flow_sdk.wire.pools import (
 STOP_MARGIN_S = 5.0  # a node this close to its idle stop is not given a task
 
 
-def fit_problems(record: PoolRecord, spec: TaskSpec, provider: Provider) -> list[FieldProblem]:
-    """How ``spec`` does not fit the pool ``record`` describes (empty when it fits)."""
+def fit_problems(record: PoolRecord, spec: TaskSpec, instances: list[Instance]
+                 ) -> list[FieldProblem]:
+    """How ``spec`` does not fit the pool ``record`` describes, whose nodes are
+    ``instances`` (empty when it fits)."""
     pool = TaskSpec.model_validate(record.spec)
     name = record.name
     problems = []
@@ -85,8 +87,7 @@ def fit_problems(record: PoolRecord, spec: TaskSpec, provider: Provider) -> list
             f"{record.sdk[:12]} on Python {record.python}, this client {sdk_digest()[:12]} on "
             f"Python {sdkwheel.python_version()}): " + take_down)))
     if spec.max_price_per_hour is not None:
-        prices = [i.usd_per_hour for i in provider.list_instances(record.pool_id)
-                  if i.state == "running"]
+        prices = [i.usd_per_hour for i in instances if i.state == "running"]
         if prices and max(prices) > spec.max_price_per_hour:
             problems.append(FieldProblem("max_price_per_hour", (
                 f"pool {name!r}'s nodes cost ${max(prices):.4f}/h, above the task's cap "
@@ -94,35 +95,33 @@ def fit_problems(record: PoolRecord, spec: TaskSpec, provider: Provider) -> list
     return problems
 
 
-def pool_for(provider: Provider, spec: TaskSpec) -> tuple[Pool, PoolRecord]:
-    """The live pool ``spec.pool`` names, made with the task's shape when there is none;
-    ``PoolMismatchError`` when the task does not fit it."""
+def pool_for(provider: Provider, spec: TaskSpec) -> tuple[Pool, PoolRecord, list[Instance]]:
+    """The live pool ``spec.pool`` names (made with the task's shape when there is none), its
+    record and its nodes; ``PoolMismatchError`` when the task does not fit it."""
     assert spec.pool is not None
-    found = poolfiles.load_pool_file(spec.pool)
-    pool = None
-    if found is not None:
-        pool = Pool(spec.pool, found.pool_id, pool_provider(found.provider, found.provider_config))
-        if not pool.is_up():
-            pool = None
-    if pool is None:
+    pool = Pool.named(spec.pool, provider) if poolfiles.load_pool_file(spec.pool) else None
+    instances = [] if pool is None else pool.instances()
+    if pool is None or not any(i.state == "running" for i in instances):
         pool = start_pool(provider, pool_spec(spec))
+        instances = pool.instances()
     record = pool.record()
     if record is None:
         raise PoolNotFoundError(f"pool {spec.pool!r} ({pool.pool_id}) has no record in its "
                                 f"store; take it down (`flow pool down {spec.pool}`) and "
                                 "make it again")
-    problems = fit_problems(record, spec, pool.provider)
+    problems = fit_problems(record, spec, instances)
     if problems:
         raise PoolMismatchError(problems)
-    return pool, record
+    return pool, record, instances
 
 
-def _pick_nodes(pool: Pool, spec: TaskSpec) -> tuple[list[Instance], list[Instance]]:
+def _pick_nodes(pool: Pool, spec: TaskSpec, instances: list[Instance]
+                ) -> tuple[list[Instance], list[Instance]]:
     """The task's gang (the first ``num_instances`` ready nodes by instance id) and its spares
     (every other ready node)."""
     now = time.time()
     members = pool.members()
-    ready = [i for i in pool.instances() if i.state == "running"
+    ready = [i for i in instances if i.state == "running"
              and (m := members.get(i.instance_id)) is not None and m.state != "stopping"
              and (m.stop_at is None or m.stop_at > now + STOP_MARGIN_S)]
     if len(ready) < spec.num_instances:
@@ -134,9 +133,9 @@ def _pick_nodes(pool: Pool, spec: TaskSpec) -> tuple[list[Instance], list[Instan
 def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCall,
                    new_task_id: str) -> Task:
     """Launch a task on the pool ``spec.pool`` names (see the module docstring)."""
-    pool, record = pool_for(provider, spec)
+    pool, record, instances = pool_for(provider, spec)
     provider = pool.provider
-    gang, spares = _pick_nodes(pool, spec)
+    gang, spares = _pick_nodes(pool, spec, instances)
     task_id = f"{pool.pool_id}{TASK_SEPARATOR}{new_task_id}"
     secret = signing.new_secret()
     tasksecrets.save_task_secret(task_id, secret)

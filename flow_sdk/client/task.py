@@ -192,7 +192,7 @@ class Task:
                 raise TaskTimeoutError(f"task {self.task_id} is still {status} after "
                                        f"{timeout}s; it keeps running (cancel() stops it)")
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+            delay = min(delay * 1.2, 0.5)
 
     def _settle(self) -> TaskStatus:
         """Record the judged outcome of an ended task that has none (its nodes vanished);

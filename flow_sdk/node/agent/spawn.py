@@ -6,11 +6,14 @@ A forked worker runs the same worker code as a cold one (``worker.run_and_exit``
 same environment, working directory and output pipe; what the template's interpreter read at
 its own start (``PYTHON*``, ``LD_*``, and torch's start-up settings when torch is imported)
 must match what the worker asks for, else the node starts it cold (``Template.problem`` says
-why, and the agent logs it in the task's log).
+why, and the agent logs it in the task's log). A forked worker starts with no exit handlers,
+as a new interpreter does: the agent's (its log shippers) would wait on threads that exist
+only in the agent.
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import io
 import os
@@ -115,7 +118,7 @@ class Template:
     def fork(self, env: Mapping[str, str], cwd: Path) -> Process:
         """A worker forked from this process, in a session of its own, as ``cold`` starts it."""
         read_end, write_end = os.pipe()
-        gc.collect()  # what is garbage now is not finalised in the child
+        gc.freeze()  # the child's collector leaves the agent's objects (and their pages) alone
         pid = os.fork()
         if pid == 0:  # the worker
             try:
@@ -135,6 +138,7 @@ def prepare_template() -> Template:
         version = None
     else:
         version = str(torch.__version__)
+    gc.freeze()  # what is imported now stays shared, page for page, with every fork
     return Template(dict(os.environ), version)
 
 
@@ -147,6 +151,7 @@ def _become_worker(env: Mapping[str, str], cwd: Path, output: int) -> None:
     """In the forked child: the worker's session, output, directory and environment (nothing
     else of the agent's: its other files are closed), then the worker itself."""
     os.setsid()
+    atexit._clear()  # the agent's exit handlers (log shippers) are not the worker's
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     null = os.open(os.devnull, os.O_RDONLY)

@@ -14,6 +14,7 @@ mounts={"/data": "s3://bucket/prefix"})`` and ``Flow().get_task(task_id)``.
 
 from flow_sdk.node import current
 from flow_sdk.client.app import Flow, FlowApp, RemoteFunction, TaskConfig
+from flow_sdk.client.pools import Pool, PoolStatus, list_pools, pool_up
 from flow_sdk.errors import (
     CapacityError,
     HostKeyMismatchError,
@@ -22,6 +23,8 @@ from flow_sdk.errors import (
     SshUnavailableError,
     FlowError,
     PayloadError,
+    PoolMismatchError,
+    PoolNotFoundError,
     ProviderError,
     RemoteTraceback,
     RendezvousError,
@@ -60,4 +63,5 @@ __all__ = [
     "latest_checkpoint", "load_checkpoint", "save_checkpoint",
     "HostKeyMismatchError", "ScriptExitError", "SshError", "SshUnavailableError",
     "SignatureError", "TaskSecretError",
+    "Pool", "PoolMismatchError", "PoolNotFoundError", "PoolStatus", "list_pools", "pool_up",
 ]

@@ -421,3 +421,28 @@ def test_a_user_named_instance_profile_is_used_as_is(aws: AwsWorld, recorder: Re
     assert not any(call.startswith("iam.") for call in recorder.calls)  # the user's to scope
     assert [p["InstanceProfileName"] for p in iam.list_instance_profiles()[
         "InstanceProfiles"]] == ["my-profile"]
+
+
+def test_a_pools_role_reaches_the_pool_and_its_tasks_and_nothing_of_another_pool() -> None:
+    """A pool's nodes run every task of the pool: its role is scoped to the pool's id, which
+    every task of the pool starts its own id with."""
+    pool, other = "dev-20261125-010203-abc123", "dev-20261125-010203-abc124"
+    task = f"{pool}.train-20261125-010300-def456"
+    access = TaskAccess(task_id=pool, bucket=BUCKET, prefix="flow/", store_tag="s3://b/flow/",
+                        region="us-east-1", log_group=f"/flow/{pool}", code_key="code/x.whl",
+                        payload_digest=None, bucket_owner=None, replacements=True,
+                        pool=True)
+    policy = task_policy(access, f"arn:aws:iam::{ACCOUNT}:role/r")
+    for key in (wire.task_key(task), wire.result_key(task, 0), wire.payload_key("a" * 64, pool),
+                f"tasks/{pool}/pool.json", f"tasks/{pool}/assign/i-1/00000000.json"):
+        assert allowed(policy, "s3:GetObject", obj(key)), key
+        assert allowed(policy, "s3:PutObject", obj(key)), key
+    for key in (wire.task_key(f"{other}.t-1"), f"tasks/{other}/pool.json",
+                wire.task_key("train-20261125-010300-def456"), wire.payload_key("a" * 64)):
+        assert not allowed(policy, "s3:GetObject", obj(key)), key
+    bucket = f"arn:aws:s3:::{BUCKET}"
+    assert allowed(policy, "s3:ListBucket", bucket, {"s3:prefix": f"flow/tasks/{task}/"})
+    assert not allowed(policy, "s3:ListBucket", bucket, {"s3:prefix": f"flow/tasks/{other}/"})
+    logs = f"arn:aws:logs:us-east-1:{ACCOUNT}:log-group:"
+    assert allowed(policy, "logs:PutLogEvents", f"{logs}/flow/{task}:log-stream:node-0.rank-0")
+    assert not allowed(policy, "logs:PutLogEvents", f"{logs}/flow/{other}:log-stream:x")

@@ -37,6 +37,8 @@ from launch import time_torchrun  # noqa: E402
 from flow_sdk import FlowApp, Task, procs, wire  # noqa: E402
 from flow_sdk.client.pools import Pool, pool_up  # noqa: E402
 
+SETTLE_S = 5.0  # between simulated rounds: what the last one tore down stops first
+
 
 def _timed(task_of: Any) -> float:
     start = time.perf_counter()
@@ -101,7 +103,9 @@ def sim_rounds(repeats: int) -> dict[str, list[float]]:
         times: dict[str, list[float]] = {"cold": [], "warm": []}
         for _ in range(repeats):
             times["cold"].append(_timed(cold.spawn))
+            time.sleep(SETTLE_S)  # the cold task's instances power off before the next round
             times["warm"].append(_timed(warm.spawn))
+            time.sleep(SETTLE_S)
     finally:
         pool.down()
     return times
@@ -184,9 +188,10 @@ def spare_rounds(runs: int) -> dict[str, Any]:
     warm = app.function(pool="bench-spare", **options)(_train)
     pool = pool_up("bench-spare", provider="aws-sim", num_instances=3, spares=1,
                    idle_stop="30m")
-    out: dict[str, Any] = {"cold": [], "pool": [], "weights_equal": []}
+    out: dict[str, Any] = {"cold": [], "pool": [], "weights_diff": []}
     try:
         steps = 24
+        (folder / "reference").mkdir()
         reference = cold.spawn(steps, str(folder / "reference")).result(timeout=900)
         for run in range(runs):
             for side, fn in (("cold", cold), ("pool", warm)):
@@ -201,7 +206,7 @@ def spare_rounds(runs: int) -> dict[str, Any]:
                         os.kill(pool.members()[instance_id].agent_pid, signal.SIGKILL)
                 out[side].append(recovery(task, kill, 6))
                 weights = task.result(timeout=60)
-                out["weights_equal"].append(weights == reference)
+                out["weights_diff"].append(max(abs(a - b) for a, b in zip(weights, reference)))
     finally:
         pool.down()
     return out
@@ -218,9 +223,25 @@ def main() -> None:
     parser.add_argument("--sim-repeats", type=int, default=3)
     parser.add_argument("--spare-runs", type=int, default=1)
     parser.add_argument("--skip-sim", action="store_true")
+    parser.add_argument("--only", choices=["local", "sim", "spare"],
+                        help="one part only (the figures of record run them all)")
     args = parser.parse_args()
     os.environ.setdefault("FLOW_HOME", tempfile.mkdtemp(prefix="flow-bench-"))
-    local = local_rounds(args.repeats)
+    if args.only in (None, "local"):
+        report_local(local_rounds(args.repeats))
+    if args.skip_sim or args.only == "local":
+        return
+    try:
+        if args.only in (None, "sim"):
+            report_sim(sim_rounds(args.sim_repeats))
+        if args.only in (None, "spare"):
+            report_spare(spare_rounds(args.spare_runs))
+    finally:
+        stopped = FlowApp("bench-pool-sim", provider="aws-sim").provider().stop_server()
+        print(f"stopped the simulated account (server pid {stopped})")
+
+
+def report_local(local: dict[str, list[float]]) -> None:
     print(f"{'local, 2 nodes x 2 workers':<40}{'median s':>10}{'min s':>9}{'max s':>9}")
     print(_row("cold task (.spawn->.result)", local["cold"]))
     print(_row("warm task on a pool", local["warm"]))
@@ -228,22 +249,25 @@ def main() -> None:
     warm = statistics.median(local["warm"])
     print(f"warm/cold {warm / statistics.median(local['cold']):.2f} (target <= 0.30); "
           f"warm/torchrun {warm / statistics.median(local['torchrun']):.2f} (target <= 0.35)")
-    if args.skip_sim:
-        return
-    sim = sim_rounds(args.sim_repeats)
+
+
+def report_sim(sim: dict[str, list[float]]) -> None:
     print(f"{'aws-sim, 2 nodes, default settings':<40}{'median s':>10}{'min s':>9}{'max s':>9}")
     print(_row("cold task", sim["cold"]))
     print(_row("warm task on a pool", sim["warm"]))
     print(f"cold/warm {statistics.median(sim['cold']) / statistics.median(sim['warm']):.1f}x "
           "(target >= 10x)")
-    spare = spare_rounds(args.spare_runs)
+
+
+def report_spare(spare: dict[str, Any]) -> None:
     print(f"{'aws-sim, 3 nodes, node 1 agent killed':<40}{'median s':>10}{'min s':>9}"
           f"{'max s':>9}")
     print(_row("recovery without a spare (cold)", spare["cold"]))
     print(_row("recovery on a pool with spares=1", spare["pool"]))
     print(f"pool/cold {statistics.median(spare['pool']) / statistics.median(spare['cold']):.2f}"
-          f" (target <= 0.30); final weights equal an uninterrupted run: "
-          f"{all(spare['weights_equal'])}")
+          f" (target <= 0.30); final weights against an uninterrupted run: largest "
+          f"difference {max(spare['weights_diff']):.1e} (equal within 1e-6: "
+          f"{max(spare['weights_diff']) <= 1e-6})")
 
 
 if __name__ == "__main__":

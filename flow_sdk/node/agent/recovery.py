@@ -21,6 +21,10 @@ from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.spec import TaskSpec
 
 DECIDE_WINDOW_S = 1.0  # how long the decider collects other nodes' reports
+# A node whose instance still runs but whose agent stays silent this long while the others
+# wait for the decision is lost (the watch's heartbeat timeout, for the same reason).
+SILENT_AFTER_S = 6.0
+WAITING_BEAT_S = 0.25  # how often a node heartbeats while it waits for the decision
 DECISION_WAIT_S = 30.0  # how long other nodes wait for the decider
 DECIDER_SLOTS = 8  # claim slots per generation: a forged claim in one moves the nodes on
 
@@ -41,7 +45,7 @@ def conclude(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: 
         return NodePhase.FAILED
     if decides:
         return _decide(node, gen, spec, m, store, report)
-    return _await_decision(node, gen, m)
+    return _await_decision(node, gen, m, store)
 
 
 def claim_decider(node: NodeContext, gen: int) -> bool | None:
@@ -55,13 +59,22 @@ def claim_decider(node: NodeContext, gen: int) -> bool | None:
     return None
 
 
-def _await_decision(node: NodeContext, gen: int, m: Membership) -> NodePhase:
+def _await_decision(node: NodeContext, gen: int, m: Membership, store: NodeStore
+                    ) -> NodePhase:
+    """Wait for the decider's word, heartbeating so that it knows this node is alive."""
     wait = Deadline.after(DECISION_WAIT_S)
+    beat = 0.0
     while not wait.passed():
         if node.records.restart_decided(gen + 1):
             return NodePhase.RESTARTING
         if node.records.outcome_written():
             return NodePhase.FAILED
+        if time.monotonic() >= beat:
+            beat = time.monotonic() + WAITING_BEAT_S
+            try:
+                store.heartbeat()
+            except StoreLost:
+                beat = float("inf")  # the leader is gone: the decider knows without it
         time.sleep(0.05)
     node.records.fail(f"node {m.node_rank}: no node decided how generation {gen} ends within "
                       f"{DECISION_WAIT_S:.0f}s")
@@ -70,6 +83,7 @@ def _await_decision(node: NodeContext, gen: int, m: Membership) -> NodePhase:
 
 def _decide(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: NodeStore,
             report: FailureReport | None) -> NodePhase:
+    before = _beats(store)
     time.sleep(DECIDE_WINDOW_S)  # let the other nodes' reports of the same event arrive
     root = _root_cause(store, m, report)
     if (root.status == TaskStatus.TIMED_OUT.value or gen >= spec.max_restarts
@@ -80,7 +94,34 @@ def _decide(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: N
             exit_code=root.exit_code, signal_name=root.signal_name,
             log_tail=list(root.log_tail), has_error_payload=root.has_error_payload))
         return NodePhase.FAILED
-    return _restart(node, gen, spec, m, root)
+    return _restart(node, gen, spec, m, root, _silent(node, m, store, before))
+
+
+def _beats(store: NodeStore) -> list[int] | None:
+    try:
+        return store.heartbeats()
+    except StoreLost:
+        return None
+
+
+def _silent(node: NodeContext, m: Membership, store: NodeStore, before: list[int] | None
+            ) -> set[int]:
+    """Nodes (by rank) whose instance runs but whose agent did not heartbeat since the
+    decision began, within SILENT_AFTER_S: their agent died (killed, crashed) while their
+    machine is still up, so they would never join the next generation. A node whose
+    instance stops meanwhile counts as lost anyway and is not waited for."""
+    wait = Deadline.after(SILENT_AFTER_S)
+    while before is not None:
+        now = _beats(store)
+        if now is None:
+            return set()
+        running = {i.instance_id for i in node.gang.instances() if i.state == "running"}
+        quiet = {rank for rank, iid in enumerate(m.instance_ids) if rank != m.node_rank
+                 and iid in running and now[rank] == before[rank]}
+        if not quiet or wait.passed():
+            return quiet
+        time.sleep(WAITING_BEAT_S)
+    return set()
 
 
 def _root_cause(store: NodeStore, m: Membership, report: FailureReport | None) -> FailureReport:
@@ -100,12 +141,13 @@ def _root_cause(store: NodeStore, m: Membership, report: FailureReport | None) -
 
 
 def _restart(node: NodeContext, gen: int, spec: TaskSpec, m: Membership,
-             root: FailureReport) -> NodePhase:
-    """Replaces the lost nodes and opens generation ``gen + 1``; FAILED when this node is one
-    of those replaced, or when the provider refuses."""
+             root: FailureReport, silent: set[int]) -> NodePhase:
+    """Replaces the lost nodes (gone, or silent: see ``_silent``) and opens generation
+    ``gen + 1``; FAILED when this node is one of those replaced, or when the provider
+    refuses."""
     running = {i.instance_id for i in node.gang.instances() if i.state == "running"}
     lost = [iid for rank, iid in enumerate(m.instance_ids)
-            if iid not in running or (root.lost and rank == root.node)]
+            if iid not in running or rank in silent or (root.lost and rank == root.node)]
     cause = root.message.splitlines()[0]
     node.log.event(f"generation {gen} failed ({cause}); restart {gen + 1} of "
                    f"{spec.max_restarts}" + (f", replacing {', '.join(lost)}" if lost else ""))

@@ -55,8 +55,9 @@ from flow_sdk.wire.pools import (
     pool_key,
 )
 
-POLL_MIN_S = 0.02  # how often an idle node looks for work right after a task
-POLL_MAX_S = 0.25  # ... and after a while without one
+POLL_MIN_S = 0.02  # how often an idle node looks for work within FAST_WINDOW_S of a task
+POLL_MAX_S = 0.25  # ... and after that (a listing of the store costs a request)
+FAST_WINDOW_S = 120.0  # edit, run, look: the next task usually comes within minutes
 OUTCOME_CHECK_S = 0.5
 LINGER_S = 15.0  # an agent still running this long after its task's outcome is stopped
 _PR_SET_PDEATHSIG = 1
@@ -114,7 +115,8 @@ class PoolDaemon:
                     self._member("stopping")
                     return 0
                 time.sleep(delay)
-                delay = min(POLL_MAX_S, delay * 1.1)
+                if time.time() - self.idle_since > FAST_WINDOW_S:
+                    delay = min(POLL_MAX_S, delay * 1.1)
                 continue
             self._serve(assignment, record)
             swept = sweep(self.instance_id, self.tasks_dir / assignment.task_id)

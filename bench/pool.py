@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _allreduce import allreduce_job  # noqa: E402
 from launch import time_torchrun  # noqa: E402
 
-from flow_sdk import FlowApp, Task, procs, wire  # noqa: E402
+from flow_sdk import FlowApp, FlowError, Task, procs, wire  # noqa: E402
 from flow_sdk.client.pools import Pool, pool_up  # noqa: E402
 
 SETTLE_S = 5.0  # between simulated rounds: what the last one tore down stops first
@@ -172,9 +172,11 @@ def recovery(task: Task, kill: Any, kill_after_step: int) -> float:
     kill(gang[1])
     task.result(timeout=900)
     raw = task.store.get_record(wire.restart_key(task.task_id, 1))
-    assert raw is not None, "no restart was decided"
+    members = task.store.get_record(wire.membership_key(task.task_id, 1))
+    assert raw is not None and members is not None, "no restart was decided"
     detected = float(json.loads(raw)["reason"]["observed_at"])
-    resumed = min(ts for ts, _ in _step_times(task) if ts > killed_at)
+    regenerated = wire.MembershipRecord.from_json(members).written_at  # generation 0 stops
+    resumed = min(ts for ts, _ in _step_times(task) if ts > regenerated)
     print(f"  {task.task_id}: detected {detected - killed_at:.1f}s after the kill, resumed "
           f"{resumed - killed_at:.1f}s after it")
     return resumed - detected
@@ -188,11 +190,11 @@ def spare_rounds(runs: int) -> dict[str, Any]:
     warm = app.function(pool="bench-spare", **options)(_train)
     pool = pool_up("bench-spare", provider="aws-sim", num_instances=3, spares=1,
                    idle_stop="30m")
-    out: dict[str, Any] = {"cold": [], "pool": [], "weights_diff": []}
+    out: dict[str, Any] = {"cold": [], "pool": [], "weights_diff": [], "failed": []}
     try:
         steps = 24
-        (folder / "reference").mkdir()
-        reference = cold.spawn(steps, str(folder / "reference")).result(timeout=900)
+        (folder / "reference").mkdir()  # uninterrupted, on the pool's nodes
+        reference = warm.spawn(steps, str(folder / "reference")).result(timeout=900)
         for run in range(runs):
             for side, fn in (("cold", cold), ("pool", warm)):
                 ckpt = folder / f"{side}-{run}"
@@ -204,7 +206,11 @@ def spare_rounds(runs: int) -> dict[str, Any]:
                 else:
                     def kill(instance_id: str) -> None:
                         os.kill(pool.members()[instance_id].agent_pid, signal.SIGKILL)
-                out[side].append(recovery(task, kill, 6))
+                try:
+                    out[side].append(recovery(task, kill, 6))
+                except FlowError as exc:  # reported, and the other runs go on
+                    out["failed"].append(f"{side} run {run}: {exc}")
+                    continue
                 weights = task.result(timeout=60)
                 out["weights_diff"].append(max(abs(a - b) for a, b in zip(weights, reference)))
     finally:
@@ -260,6 +266,10 @@ def report_sim(sim: dict[str, list[float]]) -> None:
 
 
 def report_spare(spare: dict[str, Any]) -> None:
+    for failure in spare["failed"]:
+        print(f"FAILED {failure.splitlines()[0]}")
+    if not spare["cold"] or not spare["pool"]:
+        return
     print(f"{'aws-sim, 3 nodes, node 1 agent killed':<40}{'median s':>10}{'min s':>9}"
           f"{'max s':>9}")
     print(_row("recovery without a spare (cold)", spare["cold"]))

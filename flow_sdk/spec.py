@@ -130,7 +130,7 @@ class TaskSpec(FrozenModel):
     # A named pool of warm nodes to run on (made with this task's shape when it does not
     # exist): nodes that outlive the task, run the pool's tasks one after another and stop
     # after ``idle_stop`` seconds without one ("20m", "2h"). ``spares`` extra nodes stand by
-    # to take a lost node's rank without a boot.
+    # to take a lost node's place without a boot.
     pool: str | None = None
     idle_stop: float | None = None
     spares: int = Field(default=0, ge=0, le=64)

@@ -30,7 +30,7 @@ def pool_group() -> None:
 @click.option("-N", "--num-instances", type=int, default=1, show_default=True,
               help="Nodes a task may use.")
 @click.option("--spares", type=int, default=0, show_default=True,
-              help="Extra nodes that stand by to take a lost node's rank.")
+              help="Extra nodes that stand by to take a lost node's place.")
 @click.option("--idle-stop", default="30m", show_default=True, metavar="DURATION",
               help="The nodes stop themselves after this long without a task (20m, 2h).")
 @click.option("--image", help="Container image for the nodes (cloud providers).")

@@ -55,7 +55,7 @@ def assignments_prefix(pool_id: str, instance_id: str) -> str:
 
 def standby_key(task_id: str) -> str:
     """A pool task's spares, sealed with the task's secret by its client: the pool nodes that
-    stand by to take a lost node's rank (``StandbyRecord``)."""
+    stand by to take a lost node's place (``StandbyRecord``)."""
     return f"{task_prefix(task_id)}standby.json"
 
 

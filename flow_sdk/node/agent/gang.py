@@ -2,7 +2,7 @@
 
 A task launched on nodes of its own finds them through the provider (by the task's id),
 replaces a lost node by launching a new one, and terminates lost nodes. A task on a pool runs
-on the pool's warm nodes: a lost node's rank goes to one of the task's spares (pool nodes that
+on the pool's warm nodes: a lost node's place goes to one of the task's spares (pool nodes that
 stand by for it, named in its signed standby record) with no boot, and the pool keeps its
 nodes: their daemons clean up after the task, and the pool replaces a spare it gave away. The
 agent never asks which it has.

@@ -101,10 +101,7 @@ class PoolDaemon:
         self.template = prepare_template()
         self.log(f"worker template: {self.template.describe()}; idle stop after "
                  f"{record.idle_stop_s:g}s by {self.timer.describe()}")
-        try:
-            self._idle(record)
-        except FlowError as exc:
-            self.log(f"{exc}; powering off")
+        if not self._idle(record):
             return 1
         delay = POLL_MIN_S
         while not self.stopping:
@@ -125,10 +122,7 @@ class PoolDaemon:
                 self.log("leaving the pool: the node could not be swept clean")
                 self._member("stopping")
                 return 1
-            try:
-                self._idle(record)
-            except FlowError as exc:
-                self.log(f"{exc}; powering off")
+            if not self._idle(record):
                 return 1
             delay = POLL_MIN_S
         return 0
@@ -145,10 +139,17 @@ class PoolDaemon:
             self.log(f"refused the pool record: {exc}; stopping")
             return None
 
-    def _idle(self, record: PoolRecord) -> None:
+    def _idle(self, record: PoolRecord) -> bool:
+        """Arm the idle stop and report the node idle; False (the node must stop) when the
+        stop cannot be armed."""
         self.idle_since = time.time()
-        self.timer.arm(record.idle_stop_s)
+        try:
+            self.timer.arm(record.idle_stop_s)
+        except FlowError as exc:
+            self.log(f"{exc}; powering off")
+            return False
         self._member("idle")
+        return True
 
     def _member(self, state: str, task_id: str = "", agent_pid: int = 0) -> None:
         template = self.template.describe() if self.template is not None else "starting"

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from flow_testing import wait_until
+from seeded_ddp import train
 
 from flow_sdk import FlowApp, procs, wire
 from flow_sdk.client.pools import Pool, pool_up
@@ -205,43 +206,6 @@ def test_gc_reclaims_a_pool_whose_pool_up_was_killed_and_keeps_a_live_one(
     assert procs.pids_with_env("FLOW_HOME", [str(flow_home)]) == []
 
 
-def _train(steps: int, folder: str) -> list[float]:
-    """A seeded DDP run that checkpoints every step into ``folder`` and resumes from it."""
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    ckpt = Path(folder) / "ckpt.pt"
-    start = 0
-    if ckpt.exists():
-        saved = torch.load(ckpt)
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["opt"])
-        start = saved["step"]
-    for step in range(start, steps):
-        gen = torch.Generator().manual_seed(step * 100 + rank)
-        x = torch.randn(8, 4, generator=gen)
-        loss = ddp(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if rank == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "step": step + 1}, ckpt.with_suffix(".tmp"))
-            os.replace(ckpt.with_suffix(".tmp"), ckpt)
-            print(f"step {step + 1} node {os.environ['FLOW_NODE_RANK']}", flush=True)
-        dist.barrier()
-        time.sleep(0.2)
-    weights = [float(v) for v in torch.cat([p.detach().flatten() for p in model.parameters()])]
-    dist.destroy_process_group()
-    return weights
-
-
 def test_a_spare_takes_a_lost_nodes_rank_and_training_ends_with_the_same_weights(
         flow_home: Path, tmp_path: Path) -> None:
     reference_dir = tmp_path / "reference"
@@ -251,7 +215,7 @@ def test_a_spare_takes_a_lost_nodes_rank_and_training_ends_with_the_same_weights
     pool = pool_up("spare", num_instances=2, spares=1, idle_stop="10m")
     try:
         trainer = app.function(num_instances=2, pool="spare", max_restarts=1,
-                               quiet=True)(_train)
+                               quiet=True)(train)
         reference = trainer.spawn(12, str(reference_dir)).result(timeout=180)
         task = trainer.spawn(12, str(resumed_dir))
         wait_until(lambda: any("step 4" in line for line in task.logs()), 120, "step 4")

@@ -10,12 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from aws_moto_world import AwsWorld, live_pids
 from flow_testing import wait_until
+from seeded_ddp import train
 
 from flow_sdk import FlowApp
 from flow_sdk.client.pools import Pool, pool_up
@@ -84,48 +84,11 @@ def test_gc_reclaims_a_pool_whose_pool_up_was_killed(aws: AwsWorld) -> None:
                           timeout=60).stdout.count("half") == 0
 
 
-def _train(steps: int, folder: str) -> list[float]:
-    """Seeded DDP, a checkpoint per step in ``folder`` (this machine's: simulated nodes see
-    it), resumed from it after a restart."""
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    ckpt = Path(folder) / "ckpt.pt"
-    start = 0
-    if ckpt.exists():
-        saved = torch.load(ckpt)
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["opt"])
-        start = saved["step"]
-    for step in range(start, steps):
-        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step * 100 + rank))
-        loss = ddp(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if rank == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "step": step + 1}, ckpt.with_suffix(".tmp"))
-            os.replace(ckpt.with_suffix(".tmp"), ckpt)
-            print(f"step {step + 1}", flush=True)
-        dist.barrier()
-        time.sleep(0.2)
-    weights = [float(v) for v in torch.cat([p.detach().flatten() for p in model.parameters()])]
-    dist.destroy_process_group()
-    return weights
-
-
 def test_a_spare_takes_the_rank_of_a_node_whose_agent_was_killed(aws: AwsWorld,
                                                                   tmp_path: Path) -> None:
     config = aws.sim_config()
     app = FlowApp("sim-spare", provider="aws-sim", provider_config=config)
-    trainer = app.function(num_instances=3, max_restarts=1, pool="spare", quiet=True)(_train)
+    trainer = app.function(num_instances=3, max_restarts=1, pool="spare", quiet=True)(train)
     pool = pool_up("spare", provider="aws-sim", provider_config=config, num_instances=3,
                    spares=1, idle_stop="30m")
     try:

@@ -23,6 +23,7 @@ from flow_sdk.errors import CapacityError, ProviderError
 from flow_sdk.wire import TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._launch import AttemptPlan, Try, failover, format_attempts
+from flow_sdk.providers.aws._iam import role_name
 from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._resources import (
     TAG_ATTEMPT,
@@ -39,9 +40,8 @@ from flow_sdk.spec import TaskSpec
 def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[Instance]:
     """Start ``count`` nodes that join the task's running gang (see the module docstring)."""
     task_id, spec = request.task_id, request.spec
-    region, template = _template(nodes, task_id)
+    region, template, profile = _template(nodes, task_id)
     attempt = int(str(tag_value(template, TAG_ATTEMPT)))
-    profile = template["IamInstanceProfile"]["Arn"]
     gang_subnet, security_group = network_of(template)
     hours = _remaining_hours(nodes, task_id, spec)
     boot = nodes.render_user_data(spec, task_id, region, attempt, request.boot, hours,
@@ -93,21 +93,28 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
     return started
 
 
-def _template(nodes: AwsNodes, task_id: str) -> tuple[str, dict[str, Any]]:
-    """(region, instance) of the running node of the gang that replacements copy."""
+def _template(nodes: AwsNodes, task_id: str) -> tuple[str, dict[str, Any], str]:
+    """(region, instance, instance profile) of the running node of the gang that
+    replacements copy. A gang is launched with one instance profile: the one a running node
+    reports, else the task's own by name (an API may report the association on some
+    instances of a request only: moto does, on the first, which may be the lost node)."""
     alive = sorted(nodes.describe_in_regions(task_id, ["pending", "running"]),
                    key=lambda pair: str(pair[1]["InstanceId"]))
     if not alive:
         raise ProviderError(f"task {task_id} has no running node to copy, so lost nodes "
                             "cannot be replaced; launch the task again")
     copyable = [(region, raw) for region, raw in alive
-                if tag_value(raw, TAG_ATTEMPT) is not None and network_of(raw)[1]
-                and (raw.get("IamInstanceProfile") or {}).get("Arn")]
+                if tag_value(raw, TAG_ATTEMPT) is not None and network_of(raw)[1]]
+    reported = (str(arn) for _, raw in alive
+                if (arn := (raw.get("IamInstanceProfile") or {}).get("Arn")))
+    profile = next(reported, None) or nodes.cfg.instance_profile or role_name(
+        nodes.store_tag, task_id)
     if not copyable:
-        raise ProviderError(f"no running node of task {task_id} carries an attempt tag, "
-                            "an instance profile and a security group; they were not "
-                            "launched by flow-sdk's aws provider, so none can be copied")
-    return copyable[0]
+        raise ProviderError(f"no running node of task {task_id} carries an attempt tag "
+                            "and a security group; they were not launched by flow-sdk's aws "
+                            "provider, so none can be copied")
+    region, raw = copyable[0]
+    return region, raw, profile
 
 
 def network_of(raw: Mapping[str, Any]) -> tuple[str, str]:

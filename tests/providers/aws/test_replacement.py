@@ -185,3 +185,26 @@ def test_add_instances_refuses_a_task_with_nothing_to_copy(aws: AwsWorld) -> Non
         provider.add_instances(LaunchRequest("none-1", task_spec, boot), 1)
     with pytest.raises(ProviderError, match="at least 1"):
         provider.add_instances(LaunchRequest("none-1", task_spec, boot), 0)
+
+
+def test_a_replacement_takes_the_gangs_profile_when_no_running_node_reports_it(
+        aws: AwsWorld) -> None:
+    """A gang is launched with one instance profile, but an EC2 API may report the
+    association on some of its instances only (moto does, on a request's first). When no
+    running node reports it (the lost node did), a replacement still runs with the task's
+    own profile."""
+    task_spec = spec(num_instances=3, priority="high", max_restarts=1)
+    client = aws.provider()
+    gang = launch(client, "rep-profile", task_spec)
+    ec2 = aws.client("ec2")
+    raw = {i["InstanceId"]: i for i in aws.instances()}
+    [arn] = {raw[i.instance_id]["IamInstanceProfile"]["Arn"] for i in gang
+             if raw[i.instance_id].get("IamInstanceProfile")}
+    for assoc in ec2.describe_iam_instance_profile_associations()["IamInstanceProfileAssociations"]:
+        ec2.disassociate_iam_instance_profile(AssociationId=assoc["AssociationId"])
+    assert not any(i.get("IamInstanceProfile") for i in aws.instances())
+    client.terminate_instances("rep-profile", [gang[0].instance_id])
+    [new] = replace(node_provider(aws, client, gang[1].instance_id), "rep-profile", task_spec)
+    added = {i["InstanceId"]: i for i in aws.instances()}[new.instance_id]
+    assert added["IamInstanceProfile"]["Arn"] == arn
+    client.terminate("rep-profile")

@@ -97,7 +97,7 @@ def _template(nodes: AwsNodes, task_id: str) -> tuple[str, dict[str, Any], str]:
     """(region, instance, instance profile) of the running node of the gang that
     replacements copy. A gang is launched with one instance profile: the one a running node
     reports, else the task's own by name (an API may report the association on some
-    instances of a request only: moto does, on the first, which may be the lost node)."""
+    instances of a request only, and the one that does may be the lost node)."""
     alive = sorted(nodes.describe_in_regions(task_id, ["pending", "running"]),
                    key=lambda pair: str(pair[1]["InstanceId"]))
     if not alive:

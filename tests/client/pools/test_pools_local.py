@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -194,6 +195,11 @@ def test_gc_reclaims_a_pool_whose_pool_up_was_killed_and_keeps_a_live_one(
         assert any(i.state == "running" for i in half.instances())
         listed = _flow("pool", "list")
         assert listed.returncode == 0 and "half" in listed.stdout and "live" in listed.stdout
+        assert listed.stdout.splitlines()[0].split() == [
+            "NAME", "PROVIDER", "STATE", "NODES", "IDLE", "$/H", "AUTO-STOP"]
+        [row] = [line for line in listed.stdout.splitlines() if line.startswith("live ")]
+        assert re.fullmatch(r"live\s+local\s+up\s+1 \(1 idle\)\s+\d+s\s+0\.0000\s+in \d+s",
+                            row), row
         gc = _flow("gc")
         assert gc.returncode == 0, gc.stdout + gc.stderr
         assert "half-made pool half" in gc.stdout

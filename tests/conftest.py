@@ -40,6 +40,14 @@ def flow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     while leftover and time.monotonic() < deadline:
         time.sleep(0.1)
         leftover = processes_with_env("FLOW_HOME", str(home))
+    named = {pid: _command_line(pid) for pid in leftover}
     for pid in leftover:
         os.kill(pid, signal.SIGKILL)
-    assert not leftover, f"processes left running by this test: {leftover}"
+    assert not leftover, f"processes left running by this test: {named}"
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "(gone)"

@@ -61,6 +61,13 @@ def _reap() -> None:
             del _children[pid]
 
 
+def _write_record(path: Path, record: dict[str, Any]) -> None:
+    """Replace the instance record whole, so a reader never sees half of one."""
+    temp = path.with_suffix(".tmp")
+    temp.write_text(json.dumps(record))
+    os.replace(temp, path)
+
+
 def simulated_address(private_ip: str) -> str:
     """A VPC private address mapped onto loopback: ``a.b.c.d`` -> ``127.b.c.d``.
 
@@ -151,19 +158,24 @@ class SimulatedNodes:
             self._launch(spec, node_dir, env)
 
     def _launch(self, spec: InstanceSpec, node_dir: Path, env: dict[str, str]) -> None:
+        """Record the instance, then start its process. The record comes first and names the
+        instance's tag, which every one of its processes carries (the instance process
+        too): a launcher killed between the two leaves nothing that ``stop`` cannot find."""
         spec.save(node_dir / "instance.json")
+        record: dict[str, Any] = {"instance_id": spec.instance_id, "task_id": spec.task_id,
+                                  "address": spec.address, "pid": None, "ticks": None,
+                                  "started_at": time.time(), "node_dir": str(node_dir),
+                                  "tag": spec.tag}
+        path = self._records_dir(spec.task_id) / f"{spec.instance_id}.json"
+        _write_record(path, record)
         with open(node_dir / "hypervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "flow_sdk.sim._instance", str(node_dir / "instance.json")],
-                cwd=node_dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                cwd=node_dir, env={**env, INSTANCE_ENV: spec.tag}, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         _children[proc.pid] = proc
-        record = {"instance_id": spec.instance_id, "task_id": spec.task_id,
-                  "address": spec.address, "pid": proc.pid,
-                  "ticks": procs.start_ticks(proc.pid), "started_at": time.time(),
-                  "node_dir": str(node_dir), "tag": spec.tag}
-        (self._records_dir(spec.task_id) / f"{spec.instance_id}.json").write_text(
-            json.dumps(record))
+        record.update(pid=proc.pid, ticks=procs.start_ticks(proc.pid))
+        _write_record(path, record)
 
     def stop(self, task_id: str, instance_ids: Sequence[str] | None = None) -> list[int]:
         """Stop the named instances of the task (every one when None): each stops its own
@@ -178,8 +190,8 @@ class SimulatedNodes:
 
     def _stop_instance(self, rec: dict[str, Any]) -> list[int]:
         stopped = []
-        pid, ticks = int(rec["pid"]), rec["ticks"]
-        if procs.is_alive(pid, ticks):
+        pid, ticks = rec["pid"], rec["ticks"]
+        if pid is not None and procs.is_alive(pid, ticks):
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)
             deadline = time.monotonic() + _STOP_GRACE_S

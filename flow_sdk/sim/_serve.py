@@ -22,6 +22,7 @@ from typing import Any
 
 from flow_sdk import procs
 from flow_sdk.sim import _gaps
+from flow_sdk.sim._instance import INSTANCE_ENV
 from flow_sdk.sim._server import CLOUD_DIR, ServerState, clear_state, locked, write_state
 
 
@@ -39,16 +40,15 @@ class Activity:
 
 
 def live_instances(cloud: Path) -> list[int]:
-    """Pids of the simulated instances under ``cloud`` that are still running."""
-    pids = []
+    """Pids of the processes of the simulated instances under ``cloud`` that still run (each
+    carries its instance's tag, the instance's own process too)."""
+    tags = []
     for path in sorted(cloud.glob("instances/*/i-*.json")):
         try:
-            rec = json.loads(path.read_text())
+            tags.append(json.loads(path.read_text())["tag"])
         except (OSError, ValueError):
             continue  # being written: the next look sees it
-        if procs.is_alive(int(rec["pid"]), rec.get("ticks")):
-            pids.append(int(rec["pid"]))
-    return pids
+    return procs.pids_with_env(INSTANCE_ENV, tags)
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:

@@ -81,4 +81,4 @@ def test_rehearse_two_nodes_then_gc_volumes_and_list_with_no_credentials(tmp_pat
     assert read_state(home) is None
     assert _mounts_under(tmp_path) == []
     records = [json.loads(p.read_text()) for p in home.glob("cloud/instances/*/i-*.json")]
-    assert not [r for r in records if is_alive(r["pid"], r["ticks"])]
+    assert not [r for r in records if r["pid"] is None or is_alive(r["pid"], r["ticks"])]

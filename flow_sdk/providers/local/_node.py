@@ -79,8 +79,25 @@ def spawn(env: Mapping[str, str], workdir: Path, stream: Path, instance_id: str,
     return fields
 
 
+def launcher_fields() -> dict[str, Any]:
+    """The fields of a node's record before its processes start: who is starting it, and
+    since when."""
+    return {"launcher_pid": os.getpid(), "launcher_ticks": procs.start_ticks(os.getpid()),
+            "launched_at": time.time()}
+
+
+def launching(record: Mapping[str, Any]) -> bool:
+    """Whether a node whose processes are not recorded yet counts as running: while its
+    launcher lives, or (a launcher killed mid-launch) while any process carries its instance
+    id, until ``stop`` ends them."""
+    if "pid" in record:
+        return False
+    return procs.is_alive(record["launcher_pid"], record["launcher_ticks"]) or bool(
+        procs.pids_with_env(_keeper.INSTANCE_ENV, [record["instance_id"]]))
+
+
 def agent_alive(record: Mapping[str, Any]) -> bool:
-    return procs.is_alive(record["pid"], record["ticks"])
+    return "pid" in record and procs.is_alive(record["pid"], record["ticks"])
 
 
 def keeper_alive(record: Mapping[str, Any]) -> bool:

@@ -197,8 +197,8 @@ class LocalProvider(Provider):
         except OSError as exc:
             if rollback_all:
                 self.terminate(task_id)
-            else:
-                self.terminate_instances(task_id, [i.instance_id for i in started])
+            else:  # the nodes started, and the one that failed to
+                self.terminate_instances(task_id, instance_ids[:len(started) + 1])
             raise ProviderError(f"could not start local node {len(started) + 1} of "
                                 f"{len(indexes)}: {exc}; what had started was stopped") from exc
         return sorted(started, key=lambda i: i.instance_id)
@@ -221,9 +221,13 @@ class LocalProvider(Provider):
                                   "terminated": False, **ssh_fields}
         stream = self._logs.stream_path(task_id, boot_stream(instance_id))
         private_dirs(stream.parent)
+        # Recorded before it starts: a launcher killed mid-launch leaves a node that ``_stop``
+        # finds (its processes carry its instance id) and ``flow gc`` reclaims.
+        path = self._records_dir(task_id) / f"{instance_id}.json"
+        replace_file(path, json.dumps({**record, **_node.launcher_fields()}))
         record.update(_node.spawn(env, workdir, stream, instance_id, sshd_argv,
                                   request.boot.node_module))
-        replace_file(self._records_dir(task_id) / f"{instance_id}.json", json.dumps(record))
+        replace_file(path, json.dumps(record))
         return _instance(record, "running")
 
     def _records(self, task_id: str) -> list[dict[str, Any]]:
@@ -238,7 +242,8 @@ class LocalProvider(Provider):
         _node.reap()
         instances = []
         for rec in self._records(task_id):
-            alive = not rec["terminated"] and (_node.agent_alive(rec) or _node.keeper_alive(rec))
+            alive = not rec["terminated"] and (_node.agent_alive(rec) or _node.keeper_alive(rec)
+                                               or _node.launching(rec))
             instances.append(_instance(rec, "running" if alive else "terminated"))
         return sorted(instances, key=lambda i: i.instance_id)
 

@@ -507,8 +507,8 @@ def live_pids(provider: AwsSimProvider, task_id: str) -> list[int]:
     running."""
     pids = []
     for rec in provider.sim.records(task_id):
-        if process_alive(int(rec["pid"]), rec["ticks"]):
-            pids.append(int(rec["pid"]))
+        if rec["pid"] is not None and process_alive(rec["pid"], rec["ticks"]):
+            pids.append(rec["pid"])
         pids.extend(instance_pids(rec["tag"]))
     return sorted(set(pids))
 

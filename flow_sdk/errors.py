@@ -83,7 +83,8 @@ class TaskError(FlowError):
 
 
 class TaskFailedError(TaskError):
-    """A worker or a node failed. Names the node, rank, exit code or signal and the log tail."""
+    """A worker or a node failed. Names the node, rank, exit code or signal, the log tail,
+    the failure's label and the later failures it caused."""
 
     def __init__(
         self,
@@ -95,6 +96,8 @@ class TaskFailedError(TaskError):
         exit_code: int | None = None,
         signal_name: str | None = None,
         log_tail: list[str] | None = None,
+        label: str | None = None,
+        consequences: list[str] | None = None,
     ) -> None:
         super().__init__(message, task_id=task_id, status="FAILED")
         self.node = node
@@ -102,6 +105,8 @@ class TaskFailedError(TaskError):
         self.exit_code = exit_code
         self.signal_name = signal_name
         self.log_tail = list(log_tail or [])
+        self.label = label  # "user", "infra" or "sdk": whose fault it was
+        self.consequences = list(consequences or [])  # the failures it caused
 
 
 class TaskCancelledError(TaskError):

@@ -62,13 +62,13 @@ def launch_ended(exc: BaseException, now: float | None = None) -> Outcome:
     interrupted = not isinstance(exc, Exception)
     status = TaskStatus.CANCELLED if interrupted else TaskStatus.FAILED
     return Outcome(status.value, f"launch {'interrupted' if interrupted else 'failed'}: "
-                   f"{type(exc).__name__}: {exc}", now)
+                   f"{type(exc).__name__}: {exc}", now, label=None if interrupted else "infra")
 
 
 def launch_refused(exc: BaseException, now: float | None = None) -> Outcome:
     """A launch the provider refused with a ``FlowError`` (its message says why)."""
     return Outcome(TaskStatus.FAILED.value, f"launch failed: {exc}",
-                   time.time() if now is None else now)
+                   time.time() if now is None else now, label="infra")
 
 
 def nodes_vanished(agent_tail: list[str], boot_tail: list[str],
@@ -85,7 +85,7 @@ def nodes_vanished(agent_tail: list[str], boot_tail: list[str],
     if tail:
         message += f"; last {what}:\n  " + "\n  ".join(tail)
     return Outcome(TaskStatus.FAILED.value, message, time.time() if now is None else now,
-                   log_tail=tail)
+                   log_tail=tail, label="infra")
 
 
 def orphaned(now: float | None = None) -> Outcome:

@@ -96,6 +96,14 @@ def stop_pids(pids: Sequence[int], grace_s: float = 2.0) -> list[int]:
     return signalled
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of a live process (``R``, ``S``, ``T`` for stopped, ...), or None."""
+    try:
+        return _state(Path(f"/proc/{pid}/stat").read_text())
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 def _running(pid: int) -> bool:
     try:
         state = _state(Path(f"/proc/{pid}/stat").read_text())

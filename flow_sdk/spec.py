@@ -37,6 +37,7 @@ _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0  # torch's NCCL default; gloo's own is 30 minutes
 DEFAULT_IDLE_STOP_S = 1800.0  # a pool made without idle_stop stops after 30 idle minutes
 
 # A worker's place in the gang: distributed_mode="auto" computes these (and FLOW_*, but for
@@ -122,6 +123,16 @@ class TaskSpec(FrozenModel):
     # is missing, or proceeds with min_instances).
     availability_timeout_s: float = Field(default=300.0, gt=0, le=24 * 3600)
     max_restarts: int = Field(default=0, ge=0, le=100)
+    # Which failures ``max_restarts`` restarts after: "infra" (a lost node, the OOM killer, a
+    # full disk, a signal from outside) or "any" (a user exception too).
+    restart_on: Literal["infra", "any"] = "infra"
+    # A rank with no output and no ``current.step`` for this long is stalled: "auto" is the
+    # larger of 10 minutes and 5 median step intervals, a duration sets it, "off" disables.
+    stall_timeout: float | Literal["auto", "off"] = "auto"
+    on_stall: Literal["warn", "fail"] = "warn"
+    # The default timeout of the workers' torch.distributed process groups: a collective that
+    # a dead or frozen peer blocks fails after this long.
+    collective_timeout: float = DEFAULT_COLLECTIVE_TIMEOUT_S
     preflight: bool = False
     key_name: str | None = None
     # Modules shipped by value besides the caller's own files: installed packages the nodes
@@ -160,6 +171,18 @@ class TaskSpec(FrozenModel):
             raise ValueError(f"pool name {value!r} must be 1-32 lowercase letters, digits and "
                              "'-', starting with a letter and not ending with '-', e.g. 'dev'")
         return value
+
+    @field_validator("stall_timeout", mode="before")
+    @classmethod
+    def _stall_timeout(cls, value: Any) -> Any:
+        if value in ("auto", "off"):
+            return value
+        return parse_duration(value, "stall_timeout (or 'auto', 'off')")
+
+    @field_validator("collective_timeout", mode="before")
+    @classmethod
+    def _collective_timeout(cls, value: Any) -> Any:
+        return parse_duration(value, "collective_timeout")
 
     @field_validator("idle_stop", mode="before")
     @classmethod

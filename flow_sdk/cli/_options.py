@@ -80,6 +80,14 @@ def spec_options(fn: F) -> F:
         click.option("--availability-timeout", type=float, metavar="SECONDS",
                      help="How long nodes wait for each other, from the first one up."),
         click.option("--max-restarts", type=int),
+        click.option("--restart-on", type=click.Choice(["infra", "any"]),
+                     help="Restart after infra failures only (default), or after any."),
+        click.option("--stall-timeout", metavar="DURATION|auto|off",
+                     help="A rank with no output or step this long is stalled (default auto)."),
+        click.option("--on-stall", type=click.Choice(["warn", "fail"]),
+                     help="What a stall does: warn (default) or fail the task."),
+        click.option("--collective-timeout", metavar="DURATION",
+                     help="torch.distributed's default process-group timeout (default 10m)."),
         click.option("--run-on", type=click.Choice(["every_worker", "head"]),
                      help="every_worker (default): on every worker, as torchrun does; head: "
                           "on node 0 only, the other nodes serve its trainers (Snowflake jobs)."),
@@ -113,7 +121,9 @@ def spec_kwargs(params: dict[str, Any]) -> dict[str, Any]:
              "availability_timeout": "availability_timeout_s", "max_restarts": "max_restarts",
              "boot_timeout": "boot_timeout_s",
              "key_name": "key_name", "preflight": "preflight",
-             "run_on": "run_on", "pool": "pool", "idle_stop": "idle_stop", "spares": "spares"}
+             "run_on": "run_on", "pool": "pool", "idle_stop": "idle_stop", "spares": "spares",
+             "restart_on": "restart_on", "stall_timeout": "stall_timeout",
+             "on_stall": "on_stall", "collective_timeout": "collective_timeout"}
     options = {target: params[source] for source, target in names.items()
                if params.get(source) is not None}
     if params.get("env"):

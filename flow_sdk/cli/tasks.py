@@ -17,6 +17,7 @@ from flow_sdk.cli._output import ago, emit_json, pairs, table, when
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import TaskStatus
 from flow_sdk.client.records import list_client_records
+from flow_sdk.client.stacks import task_stalls
 from flow_sdk.client.task import Task
 from flow_sdk.client.tasklogs import LOG_SOURCES
 
@@ -40,7 +41,7 @@ def _status_data(task: Task) -> dict[str, Any]:
             "name": record.spec.get("name"), "app": record.spec.get("app"),
             "created_at": record.created_at, "num_instances": record.spec.get("num_instances"),
             "outcome": dataclasses.asdict(outcome) if outcome is not None else None,
-            "nodes": nodes,
+            "nodes": nodes, "stalls": [s.summary() for s in task_stalls(task)],
             "instances": [{"instance_id": i.instance_id, "address": i.address,
                            "state": i.state} for i in instances.values()]}
 
@@ -63,6 +64,11 @@ def status(task_ref: str | None, as_json: bool) -> None:
         outcome = data["outcome"]
         if outcome is not None:
             rows.append(("outcome", outcome["message"]))
+            if outcome.get("label"):
+                rows.append(("failure", f"{outcome['label']} (user: an exception in your code; "
+                                        "infra: node, memory, disk or a signal; sdk: flow-sdk)"))
+            rows.extend(("then", line) for line in outcome.get("consequences", [])[:10])
+        rows.extend(("stalled", stall) for stall in data["stalls"])
         click.echo(pairs(rows))
         if data["nodes"]:
             click.echo("")

@@ -6,21 +6,20 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
-from flow_sdk import lifecycle, payload, tasksecrets, tracebacks, wire
+from flow_sdk import lifecycle, payload, tasksecrets, wire
 from flow_sdk.wire import signing
 from flow_sdk.client import ssh as _ssh
+from flow_sdk.client.failure import task_error
 from flow_sdk.client.records import load_client_record
+from flow_sdk.client.stacks import Stacks, task_stacks
+from flow_sdk.client.timeline import Timeline, task_timeline
 from flow_sdk.errors import (
     FieldProblem,
     ProviderError,
-    RemoteTraceback,
     SshError,
     SshUnavailableError,
-    TaskCancelledError,
     TaskError,
-    TaskFailedError,
     TaskNotFoundError,
-    TaskTimedOutError,
     TaskTimeoutError,
     ValidationError,
 )
@@ -237,6 +236,17 @@ class Task:
                             task_id=self.task_id, status=TaskStatus.SUCCEEDED.value)
         return payload.loads(raw)
 
+    def timeline(self) -> Timeline:
+        """When each node reached each phase (requested, instance running, boot, code
+        installed, agent up, joined, barrier released, first worker line, generations, end);
+        ``flow timeline`` draws it."""
+        return task_timeline(self)
+
+    def stacks(self, node: int | None = None, timeout: float = 20.0) -> Stacks:
+        """Every worker's Python stacks while the task runs (only ``node``'s workers when
+        given), with the ranks that stand apart from the rest (``Stacks.odd_ranks``)."""
+        return task_stacks(self, node, timeout)
+
     def error(self) -> BaseException | None:
         """The exception ``result()`` raises once the task ended without success, else None."""
         status = self.status
@@ -245,30 +255,7 @@ class Task:
     def _error(self) -> BaseException:
         outcome = self.final_outcome()
         assert outcome is not None
-        status = TaskStatus(outcome.status)
-        text = f"task {self.task_id} {status}: {outcome.message}"
-        if status is TaskStatus.CANCELLED:
-            return TaskCancelledError(text, task_id=self.task_id, status=status.value)
-        if status is TaskStatus.TIMED_OUT:
-            return TaskTimedOutError(text, task_id=self.task_id, status=status.value)
-        if outcome.has_error_payload and outcome.rank is not None:
-            raw = self.store.get_blob(wire.error_key(self.task_id, outcome.rank))
-            if raw is not None:
-                info = payload.loads(raw)
-                # Rendered here, where the caller's source files are ("traceback": the node's).
-                remote = (tracebacks.render(info["captured"]) if "captured" in info
-                          else info["traceback"])
-                where = f"raised on node {outcome.node}, rank {outcome.rank} of task {self.task_id}"
-                exc = info.get("exception")
-                if isinstance(exc, BaseException):
-                    if hasattr(exc, "add_note"):  # Python 3.11+
-                        exc.add_note(where)
-                    exc.__cause__ = RemoteTraceback(remote)
-                    return exc
-                text = f"{info['type']}: {info['message']} ({where})\n{remote}"
-        return TaskFailedError(text, task_id=self.task_id, node=outcome.node, rank=outcome.rank,
-                               exit_code=outcome.exit_code, signal_name=outcome.signal_name,
-                               log_tail=outcome.log_tail)
+        return task_error(self.store, self.task_id, outcome)
 
     # -- logs -------------------------------------------------------------------------------
 

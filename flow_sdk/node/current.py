@@ -18,13 +18,14 @@ every mount path of the task to the path used for it.
 from __future__ import annotations
 
 import os
+import time
 
 from flow_sdk.volumes.paths import mounts as _mounts
 from flow_sdk.volumes.paths import path
 
 __all__ = ["task_id", "node_index", "num_nodes", "main_ip", "rank", "local_rank", "world_size",
            "local_world_size", "is_main", "restart_count", "in_task", "mounts", "path",
-           "parallel"]
+           "parallel", "step"]
 
 
 class Parallel:
@@ -59,6 +60,22 @@ class Parallel:
 
 
 _PARALLEL = Parallel()
+PROGRESS_PATH_ENV = "FLOW_PROGRESS_PATH"  # where a worker reports its steps to its agent
+_progress_fd: int | None = None
+
+
+def step(n: int) -> None:
+    """Report that this rank reached training step ``n``: the node agent counts it as
+    progress (a rank with neither output nor steps for ``stall_timeout`` is stalled) and
+    learns the step interval from it. Costs one small write; a no-op outside a task."""
+    global _progress_fd
+    path = os.environ.get(PROGRESS_PATH_ENV)
+    if not path:
+        return
+    if _progress_fd is None:
+        _progress_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    line = f"{int(n)} {time.time():.6f}\n".encode()
+    os.pwrite(_progress_fd, line.ljust(48), 0)  # one fixed-size record, rewritten in place
 
 def _int(name: str, default: int) -> int:
     value = os.environ.get(name)

@@ -124,6 +124,10 @@ class KVClient:
         values: list[str | None] = self._call({"op": "multi_get", "keys": keys})
         return values
 
+    def server_time(self) -> float:
+        """The store's clock (epoch seconds) when it answered."""
+        return float(self._call({"op": "time"}))
+
     def wait(self, key: str, at_least: int, timeout_s: float) -> int:
         """Block until the counter ``key`` is ``at_least`` or ``timeout_s`` passed (at most
         ``kvwire.MAX_WAIT_S``); returns the counter's value then (0 when absent)."""

@@ -27,7 +27,7 @@ MAX_KEYS = 65536  # keys in one check / multi_get
 MAX_WAIT_S = 60.0  # the longest one blocking wait may last on the server
 MAX_TOTAL_BYTES = 256 << 20  # everything the store holds
 HANDSHAKE_S = 10.0  # an unauthenticated connection is dropped after this
-OPS = ("set", "get", "add", "check", "multi_get", "wait")
+OPS = ("set", "get", "add", "check", "multi_get", "wait", "time")
 
 
 def new_nonce() -> str:

@@ -26,7 +26,9 @@ from flow_sdk.rendezvous.membership import Membership
 
 @dataclass(frozen=True)
 class FailureReport:
-    """What one node saw go wrong; the earliest root cause becomes the task's outcome."""
+    """What one node saw go wrong; the earliest becomes the task's outcome, the rest its
+    consequences. ``observed_at`` is when it happened, on the leader's clock (this node's
+    clock corrected by its measured offset)."""
 
     node: int
     status: str  # "FAILED" | "TIMED_OUT"
@@ -38,11 +40,21 @@ class FailureReport:
     log_tail: tuple[str, ...] = ()
     has_error_payload: bool = False
     lost: bool = False  # the node itself is gone (not just one of its workers)
+    label: str = "infra"  # one of LABELS: whose fault it was
+    # This node's other failures after this one: (one-line summary, when, leader's clock).
+    others: tuple[tuple[str, float], ...] = ()
 
-    def root_cause_key(self) -> tuple[int, float]:
-        # A worker killed by a signal or a lost node is never a consequence of a peer's failure;
-        # a non-zero exit may be (a collective that broke because a peer died), so it ranks after.
-        return (0 if self.status == "TIMED_OUT" or self.exit_code is None else 1, self.observed_at)
+    def root_cause_key(self) -> float:
+        return self.observed_at
+
+    def summary(self) -> str:
+        """One line: where and what."""
+        where = f"node {self.node}" + (f" rank {self.rank}" if self.rank is not None else "")
+        first = self.message.splitlines()[0].split("; last lines:")[0] if self.message else ""
+        return first if first.startswith(where) else f"{where}: {first}"
+
+
+LABELS = ("user", "infra", "sdk")
 
 
 _GENERATION_KEY = "generation"
@@ -55,7 +67,7 @@ _REPORT_TYPES: dict[str, tuple[type, ...]] = {
     "node": (int,), "status": (str,), "message": (str,), "observed_at": (int, float),
     "rank": (int, type(None)), "exit_code": (int, type(None)),
     "signal_name": (str, type(None)), "log_tail": (list,), "has_error_payload": (bool,),
-    "lost": (bool,)}
+    "lost": (bool,), "label": (str,), "others": (list,)}
 
 
 def parse_report(raw: str, num_nodes: int) -> FailureReport | None:
@@ -71,10 +83,18 @@ def parse_report(raw: str, num_nodes: int) -> FailureReport | None:
         if not isinstance(data[name], kinds) or (bool in kinds) != isinstance(data[name], bool):
             return None
     if not (0 <= data["node"] < num_nodes and data["status"] in ("FAILED", "TIMED_OUT")
-            and all(isinstance(line, str) for line in data["log_tail"])):
+            and data["label"] in LABELS
+            and all(isinstance(line, str) for line in data["log_tail"])
+            and all(_is_other(o) for o in data["others"])):
         return None
     data["log_tail"] = tuple(data["log_tail"])
+    data["others"] = tuple((str(text), float(at)) for text, at in data["others"])
     return FailureReport(**data)
+
+
+def _is_other(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], (int, float)) and not isinstance(value[1], bool))
 
 
 class StoreLost(RendezvousError):
@@ -209,6 +229,19 @@ class NodeStore:
         values: list[str | None] = self._call(
             "multi_get", [self._k(f"{name}/{r}") for r in range(self.m.num_nodes)])
         return values
+
+    def clock_offset(self, samples: int = 5) -> float:
+        """Seconds to add to this node's clock to read the leader's: from the exchange with
+        the shortest round trip (its error is at most half that round trip)."""
+        best: tuple[float, float] | None = None
+        for _ in range(samples):
+            sent = time.time()
+            leader = self._store.server_time()
+            back = time.time()
+            if best is None or back - sent < best[0]:
+                best = (back - sent, leader - (sent + back) / 2)
+        assert best is not None
+        return best[1]
 
     def heartbeat(self) -> None:
         self._call("add", self._k(f"hb/{self.m.node_rank}"), 1)

@@ -51,6 +51,7 @@ class NodePhase(str, Enum):
 
 
 NODE_PHASES: tuple[str, ...] = tuple(p.value for p in NodePhase)
+FAILURE_LABELS = ("user", "infra", "sdk")
 
 
 class StreamKind(str, Enum):
@@ -253,10 +254,16 @@ class Outcome:
     signal_name: str | None = None
     log_tail: list[str] = field(default_factory=list)
     has_error_payload: bool = False
+    # Whose fault a failure was: "user" (an exception in user code), "infra" (a lost node, the
+    # OOM killer, a full disk, a signal from outside, a boot failure) or "sdk" (flow-sdk's own).
+    label: str | None = None
+    consequences: list[str] = field(default_factory=list)  # later failures, in time order
 
     @classmethod
     def from_json(cls, data: bytes) -> Outcome:
         """The outcome in ``data``; raises RecordError for an unknown shape or status."""
         raw = _fields_of(cls, data)
         _one_of("Outcome.status", raw["status"], TERMINAL_STATUSES)
+        if raw.get("label") is not None:
+            _one_of("Outcome.label", raw["label"], FAILURE_LABELS)
         return cls(**raw)

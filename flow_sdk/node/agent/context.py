@@ -8,8 +8,10 @@ from pathlib import Path
 
 from flow_sdk.node.agent.gang import Gang
 from flow_sdk.node.agent.log import AgentLog
+from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.records import NodeRecords
 from flow_sdk.node.agent.spawn import Template
+from flow_sdk.node.agent.timeline import TimelineRecorder
 from flow_sdk.wire import BootConfig
 from flow_sdk.providers.base import Provider
 
@@ -27,6 +29,8 @@ class NodeContext:
     records: NodeRecords
     log: AgentLog
     gang: Gang  # where the task's nodes come from: its own, or a pool's
+    kernel: KernelLog  # the kernel's log since the agent started: who the OOM killer killed
+    timeline: TimelineRecorder  # when this node reached each phase of the task
     template: Template | None = None  # a pool node's warm interpreter: workers fork from it
     code_cache: Path | None = None  # a pool node's calls' code, kept by digest between tasks
     stop_requested: threading.Event = field(default_factory=threading.Event)  # SIGTERM

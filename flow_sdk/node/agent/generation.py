@@ -12,8 +12,15 @@ import time
 
 from flow_sdk import procs
 from flow_sdk.node import headjob
+from flow_sdk.node.collectives import collective_env
 from flow_sdk.node.agent import clock
 from flow_sdk.node.agent.context import NodeContext
+from flow_sdk.node.agent.failures import (
+    Keepalive,
+    first_with_others,
+    node_failures,
+    stopped_workers,
+)
 from flow_sdk.node.agent.recovery import conclude
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.node.agent.watch import Watch
@@ -26,6 +33,7 @@ from flow_sdk.rendezvous.preflight import run_preflight
 from flow_sdk.rendezvous.store import FailureReport, NodeStore
 from flow_sdk.spec import TaskSpec
 from flow_sdk.volumes import prepare_volumes
+from flow_sdk.wire.timeline import generation_phase
 
 MEMBERSHIP_GRACE_S = 10.0  # how long a node waits for its generation's membership record
 
@@ -75,19 +83,37 @@ class Generation:
             self.node.log(f"volumes failed: {exc}")
             ended = conclude(self.node, self.number, self.spec, m, store, FailureReport(
                 node=m.node_rank, status=TaskStatus.FAILED.value,
-                message=f"node {m.node_rank}: {exc}", observed_at=time.time()))
+                message=f"node {m.node_rank}: {exc}", observed_at=time.time(), label="infra"))
             store.close()
             return ended
+        offset = store.clock_offset()
         workers = self._start_workers(m, volume_env)
+        watch = Watch(self.node, m, store, workers, cap, self.spec, offset)
         try:
-            watched = Watch(self.node, m, store, workers, cap).run()
+            watched = watch.run()
         finally:
-            workers.stop()
+            silent = stopped_workers(workers, m.node_rank, watch.stall.progress)
+            workers.stop(keepalive=Keepalive(store).beat)  # the decider counts on its beats
         ended = watched if isinstance(watched, NodePhase) else conclude(
-            self.node, self.number, self.spec, m, store, watched.report)
+            self.node, self.number, self.spec, m, store,
+            self._report(watched.report, workers, m, offset, silent))
         store.close()
         self.node.records.write_node(m, ended, self.spec.slots_per_node)
         return ended
+
+    def _report(self, seen: FailureReport | None, workers: WorkerGroup, m: Membership,
+                offset: float, silent: list[FailureReport]) -> FailureReport | None:
+        """What this node reports: its earliest failure, with its later ones. Its workers'
+        failures are read again after they were stopped (a node that saw a peer's failure
+        first still reports its own), each error payload stored for the caller."""
+        own = node_failures(workers, m.node_rank, offset, self.node.kernel)
+        for report in own:
+            if report.has_error_payload and report.rank is not None:
+                self.node.records.put_error(
+                    report.rank, workers.error_path(report.rank).read_bytes())
+        others = [seen] if seen is not None and not any(
+            (r.node, r.rank) == (seen.node, seen.rank) for r in own) else []
+        return first_with_others(own + silent + others)
 
     def _rendezvous(self) -> tuple[Membership, NodeStore] | None:
         """This node's place in the gang and the gang's store, once every node passed the
@@ -102,18 +128,22 @@ class Generation:
 
         try:
             m = membership(node, self.number, spec, left(0.0))
+            node.timeline.set_node(m.node_rank)
+            node.timeline.mark("joined")
             node.records.write_node(m, NodePhase.RENDEZVOUS)
             node.log(f"node {m.node_rank}/{m.num_nodes}, leader {m.leader_address}")
             store = NodeStore.connect(m, self.record.rdzv_port, left(), node.secret,
                                       generation=self.number)
             store.heartbeat()
             store.barrier("start", left())
+            node.timeline.mark(generation_phase(self.number) if self.number
+                               else "barrier_released")
             if spec.preflight:
                 node.log(run_preflight(store, self.record.master_port,
                                        spec.availability_timeout_s))
         except FlowError as exc:
             node.log(f"rendezvous failed: {exc}")
-            node.records.fail(str(exc))
+            node.records.fail(str(exc), "infra")
             return None
         node.log(f"all {m.num_nodes} nodes arrived; starting {spec.slots_per_node} worker(s)")
         return m, store
@@ -140,7 +170,9 @@ class Generation:
                            master_port=self.record.master_port,
                            distributed=spec.distributed_mode == "auto",
                            restart_count=self.number, max_restarts=spec.max_restarts,
-                           user_env={**volume_env, **spec.environment})
+                           user_env={**collective_env(spec.collective_timeout,
+                                                      spec.environment),
+                                     **volume_env, **spec.environment})
                 for slot in range(spec.slots_per_node)]
         for env in envs:  # the head job's link key, derived from the task's secret: set only
             env.pop(headjob.KEY_ENV, None)  # here, and only when the task runs on its head

@@ -28,8 +28,10 @@ from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.gang import Gang, OwnNodes, PoolNodes
 from flow_sdk.node.agent.generation import Generation
 from flow_sdk.node.agent.log import AgentLog
+from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.records import NodeRecords
 from flow_sdk.node.agent.spawn import Template
+from flow_sdk.node.agent.timeline import BOOT_PHASES_ENV, TimelineRecorder
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.node.agent.worker import CALL_CODE_FILE
 from flow_sdk.errors import SignatureError
@@ -54,19 +56,28 @@ class Agent:
         records = NodeRecords(store, boot.task_id, instance_id, address, log)
         gang: Gang = PoolNodes(provider, store, boot.task_id) if pool_of_task(boot.task_id) \
             else OwnNodes(provider, boot)
+        timeline = TimelineRecorder(store, boot.task_id, instance_id, log=log)
         self.node = NodeContext(boot, instance_id, address, workdir, provider, secret, records,
-                                log, gang, template, code_cache)
+                                log, gang, KernelLog(), timeline, template, code_cache)
 
     def run(self) -> int:
         """The node's exit status: 0 when the task succeeded, 1 when it failed."""
         node = self.node
         node.log(f"agent started on {node.instance_id} ({node.address}), task {node.task_id}")
-        record = self._load_task()
-        if record is None:
-            return 1
-        clock.mark_up(node.records.store, node.task_id, node.instance_id, time.time())
-        spec = TaskSpec.model_validate(record.spec)
-        return self._run_generations(spec, record, self._runtime_cap(spec, record))
+        try:
+            record = self._load_task()
+            if record is None:
+                return 1
+            now = time.time()
+            clock.mark_up(node.records.store, node.task_id, node.instance_id, now)
+            node.timeline.mark("agent_up", at=now)
+            phases = os.environ.pop(BOOT_PHASES_ENV, None)  # the boot's own, not a pool's task's
+            if phases and not pool_of_task(node.task_id):
+                node.timeline.mark_boot_phases(Path(phases))
+            spec = TaskSpec.model_validate(record.spec)
+            return self._run_generations(spec, record, self._runtime_cap(spec, record))
+        finally:
+            node.timeline.mark("end")
 
     def _load_task(self) -> TaskRecord | None:
         """The task record, with the payload written to the work directory; None (the task's
@@ -77,17 +88,17 @@ class Agent:
             raw = node.records.store.get_record(wire.task_key(node.task_id))
             if raw is None:
                 node.records.fail(f"node {node.instance_id} found no task record; the launch "
-                                  "was incomplete")
+                                  "was incomplete", "infra")
                 return None
             record = TaskRecord.from_json(raw)
             blob = self._payload(record.payload_digest, cached=False)
             code = self._payload(record.code_digest, cached=True) if record.code_digest else b""
             sdkwheel.require_python(record.python)
         except (SignatureError, PythonMismatchError) as exc:
-            node.records.fail(f"node {node.instance_id} refused to run the task: {exc}")
+            node.records.fail(f"node {node.instance_id} refused to run the task: {exc}", "infra")
             return None
         except FileNotFoundError as exc:
-            node.records.fail(str(exc))
+            node.records.fail(str(exc), "infra")
             return None
         (node.workdir / "payload").write_bytes(blob)
         if record.code_digest:
@@ -145,7 +156,7 @@ def serve(agent: Agent) -> int:
         return agent.run()
     except Exception as exc:  # last resort: record why the node died, then exit non-zero
         agent.node.log("agent crashed:\n" + "".join(traceback.format_exception(exc)))
-        agent.node.records.fail(f"node agent on {agent.node.instance_id} crashed: {exc!r}")
+        agent.node.records.fail(f"node agent on {agent.node.instance_id} crashed: {exc!r}", "sdk")
         return 70
 
 

@@ -61,8 +61,9 @@ class NodeRecords:
             self._log(f"task {outcome.status}: {outcome.message}")
         return wrote
 
-    def fail(self, message: str, node: int | None = None) -> None:
-        self.write_outcome(Outcome(TaskStatus.FAILED.value, message, time.time(), node=node))
+    def fail(self, message: str, label: str, node: int | None = None) -> None:
+        self.write_outcome(Outcome(TaskStatus.FAILED.value, message, time.time(), node=node,
+                                   label=label))
 
     def outcome_written(self) -> bool:
         return self.checked(wire.outcome_key(self.task_id)) is not None

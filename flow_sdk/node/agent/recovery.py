@@ -13,6 +13,7 @@ import time
 
 from flow_sdk import wire
 from flow_sdk.node.agent.context import NodeContext
+from flow_sdk.node.agent.failures import consequences
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import GangMember, NodePhase, Outcome, TaskStatus
@@ -20,7 +21,7 @@ from flow_sdk.rendezvous import Membership
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.spec import TaskSpec
 
-DECIDE_WINDOW_S = 1.0  # how long the decider collects other nodes' reports
+DECIDE_WINDOW_S = 1.5  # how long the decider collects other nodes' reports
 # A node whose instance still runs but whose agent stays silent this long while the others
 # wait for the decision is lost (the watch's heartbeat timeout, for the same reason).
 SILENT_AFTER_S = 6.0
@@ -41,7 +42,7 @@ def conclude(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: 
     decides = claim_decider(node, gen)
     if decides is None:
         node.records.fail(f"node {m.node_rank}: every decider slot of generation {gen} holds a "
-                          "forged claim; nothing can decide how it ends")
+                          "forged claim; nothing can decide how it ends", "infra")
         return NodePhase.FAILED
     if decides:
         return _decide(node, gen, spec, m, store, report)
@@ -77,7 +78,7 @@ def _await_decision(node: NodeContext, gen: int, m: Membership, store: NodeStore
                 beat = float("inf")  # the leader is gone: the decider knows without it
         time.sleep(0.05)
     node.records.fail(f"node {m.node_rank}: no node decided how generation {gen} ends within "
-                      f"{DECISION_WAIT_S:.0f}s")
+                      f"{DECISION_WAIT_S:.0f}s", "infra")
     return NodePhase.FAILED
 
 
@@ -85,16 +86,26 @@ def _decide(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: N
             report: FailureReport | None) -> NodePhase:
     before = _beats(store)
     time.sleep(DECIDE_WINDOW_S)  # let the other nodes' reports of the same event arrive
-    root = _root_cause(store, m, report)
+    reports = _reports(store, report)
+    silent = _silent(node, m, store, before)
+    missing = _missing(node, m, silent)
+    if missing and not any(r.lost for r in reports):  # its peers' errors followed its loss
+        reports.append(_lost(m, missing, reports))
+    root = _root_cause(m, reports)
+    restartable = root.label == "infra" or spec.restart_on == "any"
     if (root.status == TaskStatus.TIMED_OUT.value or gen >= spec.max_restarts
-            or node.records.cancelled()):
-        restarts = f" after {gen} restart(s)" if gen else ""
+            or not restartable or node.records.cancelled()):
+        note = f" after {gen} restart(s)" if gen else ""
+        if gen < spec.max_restarts and not restartable:
+            note += (f" (not restarted: a {root.label} failure; max_restarts restarts after "
+                     "infra failures, restart_on='any' after any)")
         node.records.write_outcome(Outcome(
-            root.status, root.message + restarts, time.time(), node=root.node, rank=root.rank,
+            root.status, root.message + note, time.time(), node=root.node, rank=root.rank,
             exit_code=root.exit_code, signal_name=root.signal_name,
-            log_tail=list(root.log_tail), has_error_payload=root.has_error_payload))
+            log_tail=list(root.log_tail), has_error_payload=root.has_error_payload,
+            label=root.label, consequences=consequences(root, reports)))
         return NodePhase.FAILED
-    return _restart(node, gen, spec, m, root, _silent(node, m, store, before))
+    return _restart(node, gen, spec, m, root, silent)
 
 
 def _beats(store: NodeStore) -> list[int] | None:
@@ -124,18 +135,38 @@ def _silent(node: NodeContext, m: Membership, store: NodeStore, before: list[int
     return set()
 
 
-def _root_cause(store: NodeStore, m: Membership, report: FailureReport | None) -> FailureReport:
-    """The first cause among every node's reports (a killed worker or lost node ranks before
-    a peer's exception it caused)."""
+def _missing(node: NodeContext, m: Membership, silent: set[int]) -> list[int]:
+    """The other nodes (by rank) that are gone or whose agent fell silent."""
+    running = {i.instance_id for i in node.gang.instances() if i.state == "running"}
+    return sorted(r for r, iid in enumerate(m.instance_ids)
+                  if r != m.node_rank and (iid not in running or r in silent))
+
+
+def _lost(m: Membership, ranks: list[int], reports: list[FailureReport]) -> FailureReport:
+    """A lost node's report, timed just before the failures it caused."""
+    first = min((r.observed_at for r in reports), default=time.time())
+    names = ", ".join(f"node {r} ({m.instance_ids[r]}, {m.addresses[r]})" for r in ranks)
+    return FailureReport(node=ranks[0], status=TaskStatus.FAILED.value, lost=True,
+                         message=f"{names} was lost: its instance stopped or its agent fell "
+                                 "silent", observed_at=first - 0.001, label="infra")
+
+
+def _reports(store: NodeStore, report: FailureReport | None) -> list[FailureReport]:
+    """Every node's report (this node's own too, when the store is gone)."""
     try:
         reports = store.failure_reports()
     except StoreLost:
         reports = []
     if report is not None and report not in reports:
         reports.append(report)
+    return reports
+
+
+def _root_cause(m: Membership, reports: list[FailureReport]) -> FailureReport:
+    """The earliest failure, by when it happened on the leader's clock."""
     if not reports:
         return FailureReport(node=m.node_rank, status=TaskStatus.FAILED.value,
-                             observed_at=time.time(),
+                             observed_at=time.time(), label="sdk",
                              message="a node reported a failure but no report survived")
     return min(reports, key=FailureReport.root_cause_key)
 
@@ -169,6 +200,6 @@ def _restart(node: NodeContext, gen: int, spec: TaskSpec, m: Membership,
             node.gang.release([node.instance_id])
             return NodePhase.FAILED
     except FlowError as exc:
-        node.records.fail(f"could not restart after {cause}: {exc}")
+        node.records.fail(f"could not restart after {cause}: {exc}", "infra")
         return NodePhase.FAILED
     return NodePhase.RESTARTING

@@ -12,11 +12,16 @@ from dataclasses import dataclass
 
 from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.timers import Deadline, Every
-from flow_sdk.node.agent.workers import WorkerExit, WorkerGroup
+from flow_sdk.node.agent.failures import worker_failure
+from flow_sdk.node.agent.stacks import CHECK_S as STACKS_CHECK_S
+from flow_sdk.node.agent.stacks import StacksAnswer
+from flow_sdk.node.agent.stall import StallWatch
+from flow_sdk.node.agent.workers import WorkerGroup
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import NodePhase, Outcome, TaskStatus
 from flow_sdk.rendezvous import Membership
 from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.spec import TaskSpec
 
 POLL_S = 0.05  # how often workers are polled
 WATCH_S = 0.25  # how often the store is read (failures, completion, heartbeats)
@@ -59,7 +64,7 @@ class PeerHeartbeats:
                     message=f"node {node} ({store.m.instance_ids[node]}, "
                             f"{store.m.addresses[node]}) was lost: no heartbeat for "
                             f"{now - previous[1]:.1f}s",
-                    observed_at=time.time() - (now - previous[1]), lost=True)
+                    observed_at=time.time() - (now - previous[1]), lost=True, label="infra")
         return None
 
 
@@ -67,8 +72,14 @@ class Watch:
     """Watches one generation on this node; ``run`` returns how the watch ended."""
 
     def __init__(self, node: NodeContext, m: Membership, store: NodeStore,
-                 workers: WorkerGroup, cap: Deadline | None) -> None:
+                 workers: WorkerGroup, cap: Deadline | None, spec: TaskSpec,
+                 offset: float = 0.0) -> None:
+        """``offset``: seconds from this node's clock to the leader's."""
         self.node, self.m, self.store, self.workers, self.cap = node, m, store, workers, cap
+        self.offset = offset
+        self.answer = StacksAnswer(node.records.store, node.task_id, node.log)
+        self.answer_check = Every(STACKS_CHECK_S)
+        self.stall = StallWatch(node, m, store, spec, workers, offset, self.answer)
         self.done = False  # every worker on this node succeeded and its results are stored
         self.peers = PeerHeartbeats()
         self.store_check = Every(WATCH_S)
@@ -86,7 +97,7 @@ class Watch:
             self.node.log(str(exc))
             return Failure(FailureReport(
                 node=0, status=TaskStatus.FAILED.value, message=f"node {self.m.node_rank}: {exc}",
-                observed_at=time.time(), lost=True))
+                observed_at=time.time() + self.offset, lost=True, label="infra"))
 
     def _step(self) -> Watched | None:
         if self.node.stop_requested.is_set():
@@ -96,7 +107,8 @@ class Watch:
         if ended is not None:
             return ended
         now = time.monotonic()
-        for check in (self._check_store, self._check_notice, self._check_cancel):
+        for check in (self._check_store, self._check_notice, self._check_cancel,
+                      self._check_stacks):
             ended = check(now)
             if ended is not None:
                 return ended
@@ -105,7 +117,8 @@ class Watch:
     def _check_workers(self) -> Watched | None:
         for exit_ in self.workers.poll():
             if exit_.returncode != 0:
-                report = self._worker_failure(exit_)
+                report = worker_failure(exit_, self.workers, self.m.node_rank, self.offset,
+                                        self.node.kernel)
                 self.node.log(report.message.splitlines()[0])
                 return Failure(report)
         if not self.done and self.workers.all_succeeded:
@@ -141,7 +154,7 @@ class Watch:
             return Failure(FailureReport(
                 node=self.m.node_rank, status=TaskStatus.TIMED_OUT.value,
                 message="the task reached its max_run_time_hours cap and was stopped on the "
-                        "nodes", observed_at=time.time()))
+                        "nodes", observed_at=time.time() + self.offset, label="user"))
         return None
 
     def _check_notice(self, now: float) -> Watched | None:
@@ -159,28 +172,26 @@ class Watch:
                    f"{notice}")
         self.node.log(message)
         return Failure(FailureReport(node=self.m.node_rank, status=TaskStatus.FAILED.value,
-                                     message=message, observed_at=time.time(), lost=True))
+                                     message=message, observed_at=time.time() + self.offset,
+                                     lost=True, label="infra"))
+
+    def _check_stacks(self, now: float) -> Watched | None:
+        """Answer stacks requests; judge stalls (the leader)."""
+        if self.answer_check.due(now):
+            self.answer.check(self.workers, self.m.node_rank)
+            lines = [w.first_line_at for w in self.workers.workers if w.first_line_at]
+            if lines:
+                self.node.timeline.mark("first_worker_line", at=min(lines))
+        if self.done:
+            return None
+        stalled = self.stall.check(now)
+        return Failure(stalled) if stalled is not None else None
 
     def _check_cancel(self, now: float) -> Watched | None:
         if self.cancel_check.due(now) and self.node.records.cancelled():
             self.node.log("task cancelled: stopping workers")
             return NodePhase.FAILED
         return None
-
-    def _worker_failure(self, exit_: WorkerExit) -> FailureReport:
-        error_file = self.workers.error_path(exit_.rank)
-        has_error = error_file.exists()
-        if has_error:
-            self.node.records.put_error(exit_.rank, error_file.read_bytes())
-        tail = self.workers.tail(exit_.rank)
-        message = f"node {self.m.node_rank} rank {exit_.rank}: worker {exit_.describe()}"
-        if tail:
-            message += "; last lines:\n  " + "\n  ".join(tail[-10:])
-        return FailureReport(node=self.m.node_rank, status=TaskStatus.FAILED.value,
-                             message=message, observed_at=exit_.observed_at, rank=exit_.rank,
-                             exit_code=exit_.returncode if exit_.returncode > 0 else None,
-                             signal_name=exit_.signal_name, log_tail=tuple(tail),
-                             has_error_payload=has_error)
 
     def _upload_results(self) -> None:
         for w in self.workers.workers:

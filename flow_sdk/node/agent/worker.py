@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
+import faulthandler
+import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from flow_sdk import payload, tracebacks
 from flow_sdk.errors import PayloadError
-from flow_sdk.node import headjob
+from flow_sdk.node import collectives, headjob
 from flow_sdk.payload import Call, CodeOrigins
 
 _PR_SET_PDEATHSIG = 1
+STACKS_SIGNAL = signal.SIGRTMIN + 4  # a worker dumps its stacks on it (faulthandler)
+STACKS_PATH_ENV = "FLOW_STACKS_PATH"
+_stacks_file: IO[str] | None = None
 CALL_CODE_FILE = "payload-code"  # in the node's working directory, beside "payload"
 CODE_PATH_ENV = "FLOW_CALL_CODE_PATH"  # the call's code, when stored apart from its arguments
 CODE_DIGEST_ENV = "FLOW_CALL_CODE_DIGEST"
@@ -40,6 +47,30 @@ def _write(path: Path, data: bytes) -> None:
     temp = path.with_name(path.name + ".tmp")
     temp.write_bytes(data)
     os.replace(temp, path)
+
+
+def failure_facts_path(error_path: Path) -> Path:
+    """Beside the error file: what the agent reads of a failure (JSON: when, label, summary),
+    without unpickling the user's exception."""
+    return error_path.with_name(error_path.name + ".json")
+
+
+def label_of(exc: BaseException) -> str:
+    """``infra`` for a full disk or memory exhausted, ``user`` for any other exception."""
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        return "infra"
+    return "user"
+
+
+def _write_failure(error_path: Path, exc: BaseException, origins: CodeOrigins,
+                   label: str) -> None:
+    """The error file, then its facts; ``failed_at`` is taken first, before anything slow."""
+    failed_at = time.time()
+    _write(error_path, _error_blob(exc, origins))
+    first = (str(exc).splitlines() or [""])[0][:300]
+    facts = {"failed_at": failed_at, "label": label,
+             "summary": f"{type(exc).__name__}: {first}" if first else type(exc).__name__}
+    _write(failure_facts_path(error_path), json.dumps(facts).encode())
 
 
 def _error_blob(exc: BaseException, origins: CodeOrigins) -> bytes:
@@ -68,8 +99,20 @@ def _run(call: Call) -> Any:
     return call.fn(*call.args, **call.kwargs)
 
 
+def _diagnosable() -> None:
+    """Dump every thread's Python stack into ``FLOW_STACKS_PATH`` on ``STACKS_SIGNAL`` (the
+    agent asks when a rank stalls, or ``task.stacks()``); default collective timeouts."""
+    stacks = os.environ.get(STACKS_PATH_ENV)
+    if stacks:
+        global _stacks_file
+        _stacks_file = open(stacks, "a")  # kept open for the life of the worker
+        faulthandler.register(STACKS_SIGNAL, file=_stacks_file, all_threads=True)
+    collectives.install_default_timeout()
+
+
 def main() -> int:
     _die_with_agent()
+    _diagnosable()
     blob = Path(os.environ["FLOW_PAYLOAD_PATH"]).read_bytes()
     code_path = os.environ.get(CODE_PATH_ENV)  # set when the call's code is stored apart
     code = Path(code_path).read_bytes() if code_path else b""
@@ -79,7 +122,7 @@ def main() -> int:
             code_path and payload.digest(code) != os.environ[CODE_DIGEST_ENV]):
         exc = PayloadError("payload does not match the digest it was stored under; refusing "
                            "to unpickle it")
-        _write(error_path, _error_blob(exc, {}))
+        _write_failure(error_path, exc, {}, "sdk")
         return 1
     limit = int(os.environ.get("FLOW_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES))
     origins: CodeOrigins = {}
@@ -95,7 +138,7 @@ def main() -> int:
                 "a volume or object store and return their path (FLOW_MAX_RESULT_BYTES sets "
                 "the limit)")
     except Exception as exc:  # the user's code may raise anything: ship it to the caller
-        _write(error_path, _error_blob(exc, origins))
+        _write_failure(error_path, exc, origins, label_of(exc))
         return 1
     _write(result_path, data)
     return 0

@@ -13,7 +13,13 @@ from pathlib import Path
 
 from flow_sdk import procs, wire
 from flow_sdk.node.agent import spawn as _spawn
-from flow_sdk.node.agent.worker import CALL_CODE_FILE, CODE_DIGEST_ENV, CODE_PATH_ENV
+from flow_sdk.node.agent.worker import (
+    CALL_CODE_FILE,
+    CODE_DIGEST_ENV,
+    CODE_PATH_ENV,
+    STACKS_PATH_ENV,
+)
+from flow_sdk.node.current import PROGRESS_PATH_ENV
 from flow_sdk.providers.base import LogRecord, LogStore
 
 Spawn = Callable[[Mapping[str, str], Path], _spawn.Process]
@@ -26,7 +32,9 @@ class WorkerExit:
     local_rank: int
     rank: int
     returncode: int
-    observed_at: float
+    observed_at: float  # the poll that saw the exit
+    pid: int = 0
+    alive_at: float = 0.0  # the last poll that saw the worker alive (it exited after)
 
     @property
     def signal_name(self) -> str | None:
@@ -48,6 +56,8 @@ class _Worker:
         self.proc = proc
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.exit: WorkerExit | None = None
+        self.last_line_at: float | None = None  # when it last wrote a line (progress)
+        self.first_line_at: float | None = None
         self._writer = log_store.writer(task_id, stream)
         self._pump = threading.Thread(target=self._pump_output, name=f"log-{stream}", daemon=True)
         self._pump.start()
@@ -56,6 +66,9 @@ class _Worker:
         assert self.proc.stdout is not None
         for raw in iter(self.proc.stdout.readline, b""):
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            self.last_line_at = time.time()
+            if self.first_line_at is None:
+                self.first_line_at = self.last_line_at
             self.tail.append(text)
             self._writer.write([LogRecord(time.time(), text)])
         self._writer.close()
@@ -85,6 +98,8 @@ class WorkerGroup:
         self._spawn = spawn
         self._generation = generation
         self.workers: list[_Worker] = []
+        self._polled_at = time.time()  # every worker still running was alive then
+        self.stopped_at: float | None = None  # when the agent began stopping them
         self._results = workdir / "results" / f"g{generation}"  # a restart starts clean
         self._results.mkdir(parents=True, exist_ok=True)
 
@@ -93,6 +108,12 @@ class WorkerGroup:
 
     def error_path(self, rank: int) -> Path:
         return self._results / f"error-{rank}"
+
+    def progress_path(self, rank: int) -> Path:
+        return self._results / f"progress-{rank}"  # ``current.step`` writes it
+
+    def stacks_path(self, rank: int) -> Path:
+        return self._results / f"stacks-{rank}"  # the worker's faulthandler writes it
 
     def start(self) -> None:
         for local_rank, extra in enumerate(self._envs):
@@ -105,7 +126,9 @@ class WorkerGroup:
                         "FLOW_PAYLOAD_PATH": str(self.workdir / "payload"),
                         "FLOW_PAYLOAD_DIGEST": self._payload_digest,
                         "FLOW_RESULT_PATH": str(self.result_path(rank)),
-                        "FLOW_ERROR_PATH": str(self.error_path(rank))})
+                        "FLOW_ERROR_PATH": str(self.error_path(rank)),
+                        PROGRESS_PATH_ENV: str(self.progress_path(rank)),
+                        STACKS_PATH_ENV: str(self.stacks_path(rank))})
             if self._code_digest:
                 env.update({CODE_PATH_ENV: str(self.workdir / CALL_CODE_FILE),
                             CODE_DIGEST_ENV: self._code_digest})
@@ -122,11 +145,19 @@ class WorkerGroup:
     def poll(self) -> list[WorkerExit]:
         """Workers that exited since the last call."""
         exits = []
+        alive_at, now = self._polled_at, time.time()
         for w in self.workers:
             if w.exit is None and w.proc.poll() is not None:
-                w.exit = WorkerExit(w.local_rank, w.rank, w.proc.returncode, time.time())
+                w.exit = WorkerExit(w.local_rank, w.rank, w.proc.returncode, now, w.proc.pid,
+                                    alive_at)
                 exits.append(w.exit)
+        self._polled_at = now
         return exits
+
+    def failed(self) -> list[WorkerExit]:
+        """Every worker that exited with a failure so far (polled again first)."""
+        self.poll()
+        return [w.exit for w in self.workers if w.exit is not None and w.exit.returncode != 0]
 
     @property
     def all_succeeded(self) -> bool:
@@ -139,13 +170,19 @@ class WorkerGroup:
                 return list(w.tail)
         return []
 
-    def stop(self, grace_s: float = 3.0) -> None:
-        """Stop every worker and everything it started: SIGTERM, then SIGKILL after the grace."""
+    def stop(self, grace_s: float = 3.0, keepalive: Callable[[], None] | None = None) -> None:
+        """Stop every worker and everything it started: SIGTERM, then SIGKILL after the grace.
+        ``keepalive`` is called while it waits (the node's heartbeat)."""
+        self.poll()
+        self.stopped_at = time.time()
         live = [w for w in self.workers if w.proc.poll() is None]
         for w in live:
             _signal_group(w.proc.pid, signal.SIGTERM)
+            _signal_group(w.proc.pid, signal.SIGCONT)  # a stopped worker acts on it too
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(w.proc.poll() is None for w in live):
+            if keepalive is not None:
+                keepalive()
             time.sleep(0.05)
         for w in self.workers:  # the worker's own children may outlive it: reach its group
             procs.kill_group(w.proc.pid, grace_s=0.0 if w.proc.poll() is None else 0.5)

@@ -61,7 +61,7 @@ def test_stream_all_labels_every_rank_and_quiet_shows_nothing(tmp_path: Path) ->
 app = FlowApp("restart-events")
 
 
-@app.function(num_instances=2, max_restarts=1, quiet=True)
+@app.function(num_instances=2, max_restarts=1, restart_on="any", quiet=True)
 def fails_once() -> int:
     from flow_sdk import current
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -54,13 +55,15 @@ def test_killed_node_is_replaced_and_the_job_completes(flow_home: Path) -> None:
     assert first[1] not in {n.instance_id for n in task.nodes()}
     agent_lines = task.logs(source="agent")
     assert any("restart 1 of 1" in ln for ln in agent_lines)
+    restart = task.store.get_record(wire.restart_key(task.task_id, 1))
+    assert restart is not None and json.loads(restart)["reason"]["label"] == "infra"
     # the survivor and the replacement took generation 1's gang from the decider's record
     assert sum("membership of generation 1 from its record" in ln for ln in agent_lines) == 2
     assert not any("asking the provider" in ln for ln in agent_lines)
     wait_until(lambda: not processes_with_env("FLOW_HOME", str(flow_home)), 10, "no processes")
 
 
-@app.function(num_instances=2, max_restarts=2)
+@app.function(num_instances=2, max_restarts=2, restart_on="any")
 def flaky() -> int:
     from flow_sdk import current
     if current.node_index == 1 and current.restart_count < 2:
@@ -83,7 +86,7 @@ def test_restarts_exhausted_fails_with_the_last_cause() -> None:
         flaky.with_options(max_restarts=1).remote()
 
 
-@app.function(num_instances=2, max_restarts=1)
+@app.function(num_instances=2, max_restarts=1, restart_on="any")
 def fails_once() -> int:
     import time
 
@@ -111,3 +114,19 @@ def test_forged_decider_claims_cannot_stop_the_restart() -> None:
     agent_lines = task.logs(source="agent")
     assert sum("ignored a forged record" in ln and "decider" in ln for ln in agent_lines) >= 2
     assert any("restart 1 of 1" in ln for ln in agent_lines)
+
+
+@app.function(num_instances=2, max_restarts=2)
+def divides_by_zero() -> float:
+    return 1 / 0
+
+
+def test_a_user_exception_is_not_restarted_and_is_labelled_user() -> None:
+    task = divides_by_zero.spawn()
+    with pytest.raises(ZeroDivisionError) as raised:
+        task.result(timeout=120)
+    outcome = task.final_outcome()
+    assert outcome is not None and outcome.label == "user"
+    assert "not restarted: a user failure" in outcome.message
+    assert task.store.get_record(wire.restart_key(task.task_id, 1)) is None  # never restarted
+    assert any("[user failure]" in note for note in raised.value.__notes__)

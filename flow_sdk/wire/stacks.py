@@ -1,0 +1,172 @@
+"""Stacks and stalls: the records a stacks request, each rank's dump and a stall leave in the
+task's store, and reading the dumps: which ranks stand apart from the rest.
+
+A request (``StacksRequest``, numbered from 1, claimed with ``put_if_absent``) is written by
+``task.stacks()`` or by the leader's agent when a rank stalls; every node's agent answers with
+one ``StackDump`` per worker (Python's ``faulthandler`` text of every thread, py-spy's native
+frames where installed). A ``StallRecord`` says what the leader saw and did.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from flow_sdk.errors import RecordError
+from flow_sdk.wire.keys import task_prefix
+from flow_sdk.wire.records import _fields_of
+
+STALL_ACTIONS = ("warn", "fail")
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
+# Frames of torch.distributed's collectives: a rank inside one waits for its peers.
+_COLLECTIVE_FILES = ("torch/distributed/",)
+
+
+def stacks_prefix(task_id: str) -> str:
+    return f"{task_prefix(task_id)}stacks/"
+
+
+def stacks_request_key(task_id: str, number: int) -> str:
+    return f"{stacks_prefix(task_id)}{number}/request.json"
+
+
+def stack_dump_key(task_id: str, number: int, rank: int) -> str:
+    return f"{stacks_prefix(task_id)}{number}/rank-{rank}.json"
+
+
+def stall_key(task_id: str, number: int) -> str:
+    return f"{task_prefix(task_id)}stalls/{number}.json"
+
+
+def stalls_prefix(task_id: str) -> str:
+    return f"{task_prefix(task_id)}stalls/"
+
+
+def request_numbers(keys: list[str]) -> list[int]:
+    """The request numbers among keys listed under ``stacks_prefix``."""
+    found = []
+    for key in keys:
+        part = key.rstrip("/").split("/")
+        if len(part) >= 2 and part[-1] == "request.json" and part[-2].isdigit():
+            found.append(int(part[-2]))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class StacksRequest:
+    number: int
+    node: int | None  # only this node's workers; None: every node's
+    reason: str
+    requested_at: float
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StacksRequest:
+        raw = _fields_of(cls, data)
+        if raw["node"] is not None and not isinstance(raw["node"], int):
+            raise RecordError(f"StacksRequest.node is {raw['node']!r}, not a node index")
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class StackDump:
+    rank: int
+    node: int
+    text: str  # faulthandler's dump of every thread; "" when the worker could not answer
+    taken_at: float
+    how: str  # "faulthandler", "faulthandler+py-spy", or why there is no dump
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StackDump:
+        return cls(**_fields_of(cls, data))
+
+    def main_frames(self) -> list[tuple[str, int, str]]:
+        """The frames of Python's main thread, innermost first: (file, line, function)."""
+        return threads(self.text)[0] if self.text else []
+
+    def in_collective(self) -> bool:
+        return any(any(part in f for part in _COLLECTIVE_FILES) for f, _, _ in
+                   self.main_frames())
+
+
+@dataclass(frozen=True)
+class StallRecord:
+    number: int
+    ranks: list[int]  # the ranks without progress for the timeout
+    odd_ranks: list[int]  # the ranks whose stacks stand apart from the rest
+    idle_s: float  # how long the first of them made no progress
+    timeout_s: float
+    stacks_request: int
+    action: str  # one of STALL_ACTIONS
+    message: str
+    at: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StallRecord:
+        raw = _fields_of(cls, data)
+        if raw["action"] not in STALL_ACTIONS:
+            raise RecordError(f"StallRecord.action is {raw['action']!r}, not one of "
+                              f"{list(STALL_ACTIONS)}")
+        return cls(**raw)
+
+    def summary(self) -> str:
+        return f"{self.message} ({self.action})"
+
+
+def threads(text: str) -> list[list[tuple[str, int, str]]]:
+    """faulthandler's dump as threads of frames (innermost first), Python's main thread
+    first. faulthandler lists the newest thread first, so the main thread is the last
+    one (the thread marked ``Current thread`` is whichever one took the signal)."""
+    found: list[list[tuple[str, int, str]]] = []
+    for line in text.splitlines():
+        if line.startswith(("Current thread", "Thread ")):
+            found.append([])
+            continue
+        match = _FRAME_RE.match(line)
+        if match and found:
+            found[-1].append((match["file"], int(match["line"]), match["func"]))
+    return found[::-1]
+
+
+def odd_ranks(dumps: list[StackDump]) -> list[int]:
+    """The ranks whose main thread stands apart: the smallest group of identical stacks when
+    one group is smaller than every other, and ranks outside a collective when every other
+    rank waits in one. A rank that could not dump (stopped, gone) stands apart too."""
+    if len(dumps) < 2:
+        return []
+    silent = sorted(d.rank for d in dumps if not d.text)
+    answered = [d for d in dumps if d.text]
+    waiting = [d for d in answered if d.in_collective()]
+    outside = sorted(d.rank for d in answered if not d.in_collective())
+    if waiting and outside and len(outside) < len(waiting):
+        return sorted(silent + outside)
+    groups = Counter(tuple(d.main_frames()) for d in answered)
+    if len(groups) >= 2:
+        sizes = sorted(groups.values())
+        if sizes[0] < sizes[1]:
+            smallest = min(groups, key=lambda k: groups[k])
+            return sorted(silent + [d.rank for d in answered
+                                    if tuple(d.main_frames()) == smallest])
+    return silent
+
+
+def innermost(dump: StackDump) -> str:
+    """Where a rank is: its innermost frame, or why it has no stack."""
+    frames = dump.main_frames()
+    if not frames:
+        return dump.how
+    file, line, func = frames[0]
+    return f"{func} ({file.rsplit('/', 1)[-1]}:{line})"
+
+
+def render(dumps: list[StackDump]) -> str:
+    """Every rank's stacks, the odd ranks marked."""
+    odd = set(odd_ranks(dumps))
+    parts = []
+    for dump in sorted(dumps, key=lambda d: d.rank):
+        mark = "  <-- stands apart" if dump.rank in odd else ""
+        head = f"== rank {dump.rank} (node {dump.node}, {dump.how}){mark}"
+        parts.append(head + "\n" + (dump.text.rstrip() or "  (no stack)"))
+    return "\n".join(parts)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 from flow_sdk import FlowApp
-from flow_sdk.client.timeline import Timeline, phase_durations, task_timeline
+from flow_sdk.client.timeline import Timeline, phase_durations, render, task_timeline
 from flow_sdk.sim import stop_account
 from flow_sdk.wire.timeline import phase_order
 
@@ -29,6 +29,7 @@ TOTAL = "total (request to end)"
 
 
 def _rank() -> int:
+    print("started", flush=True)  # the first worker line
     return int(os.environ.get("RANK", "0"))
 
 
@@ -92,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 rounds.append(run_round(app, count))
                 time.sleep(SETTLE_S if args.provider == "aws-sim" else 0.0)
             by_count[count] = figures(rounds)
+            if count == min(args.nodes):
+                print(render(rounds[-1]), flush=True)  # what `flow timeline` draws
     finally:
         if args.provider == "aws-sim":
             stopped = stop_account()

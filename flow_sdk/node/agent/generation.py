@@ -94,6 +94,7 @@ class Generation:
         finally:
             silent = stopped_workers(workers, m.node_rank, watch.stall.progress)
             workers.stop(keepalive=Keepalive(store).beat)  # the decider counts on its beats
+            watch.mark_first_line()
         ended = watched if isinstance(watched, NodePhase) else conclude(
             self.node, self.number, self.spec, m, store,
             self._report(watched.report, workers, m, offset, silent))

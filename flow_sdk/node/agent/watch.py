@@ -179,13 +179,18 @@ class Watch:
         """Answer stacks requests; judge stalls (the leader)."""
         if self.answer_check.due(now):
             self.answer.check(self.workers, self.m.node_rank)
-            lines = [w.first_line_at for w in self.workers.workers if w.first_line_at]
-            if lines:
-                self.node.timeline.mark("first_worker_line", at=min(lines))
+            self.mark_first_line()
         if self.done:
             return None
         stalled = self.stall.check(now)
         return Failure(stalled) if stalled is not None else None
+
+    def mark_first_line(self) -> None:
+        """The timeline's first worker line: the earliest line of any of this node's
+        workers, once there is one."""
+        lines = [w.first_line_at for w in self.workers.workers if w.first_line_at]
+        if lines:
+            self.node.timeline.mark("first_worker_line", at=min(lines))
 
     def _check_cancel(self, now: float) -> Watched | None:
         if self.cancel_check.due(now) and self.node.records.cancelled():

@@ -37,14 +37,39 @@ ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded
 # -- writing and reading the outcome --------------------------------------------------------
 
 def record_outcome(store: SignedStore, task_id: str, outcome: Outcome) -> bool:
-    """Write the task's outcome, signed, unless one is there: whether this call wrote it."""
-    return store.put_record_if_absent(wire.outcome_key(task_id), outcome)
+    """Write the task's outcome, signed, unless a valid one is there: whether this call
+    wrote it. A slot that holds a forgery is passed over (``wire.outcome_key``)."""
+    for slot in range(wire.OUTCOME_SLOTS):
+        key = wire.outcome_key(task_id, slot)
+        if store.put_record_if_absent(key, outcome):
+            return True
+        if _valid_outcome(store, key) is not None:
+            return False
+    raise SignatureError(wire.outcome_key(task_id), f"every one of the {wire.OUTCOME_SLOTS} "
+                         "outcome slots holds a forged record")
 
 
 def outcome_of(store: SignedStore, task_id: str) -> Outcome | None:
-    """The task's outcome (its MAC checked: a forgery raises ``SignatureError``), or None
-    while no one reported one."""
-    raw = store.get_record(wire.outcome_key(task_id))
+    """The task's outcome: the first valid record over its slots (forged ones are passed
+    over), or None while no one reported one."""
+    for slot in range(wire.OUTCOME_SLOTS):
+        key = wire.outcome_key(task_id, slot)
+        raw = store.raw.get(key)
+        if raw is None:
+            return None
+        outcome = _valid_outcome(store, key, raw)
+        if outcome is not None:
+            return outcome
+    return None
+
+
+def _valid_outcome(store: SignedStore, key: str, raw: bytes | None = None) -> Outcome | None:
+    """The outcome at ``key`` when it carries the task's MAC, else None (absent or forged).
+    A signed record of an unknown shape raises ``RecordError``: a version mismatch."""
+    try:
+        raw = store.get_record(key) if raw is None else store.check_record(key, raw)
+    except SignatureError:
+        return None
     return Outcome.from_json(raw) if raw is not None else None
 
 

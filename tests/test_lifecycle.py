@@ -87,7 +87,7 @@ def test_a_scratch_outcome_write_outside_lifecycle_fails_the_scan(tmp_path: Path
     assert list(writers(copy)) == ["client/task.py", "lifecycle.py"]
 
 
-def test_the_first_valid_outcome_wins_and_a_forgery_is_refused_on_read() -> None:
+def test_the_first_valid_outcome_wins_and_a_forgery_never_blocks_the_real_one() -> None:
     provider = LocalProvider()
     tasksecrets.save_task_secret("t-1", signing.new_secret())
     store = signing.SignedStore(provider.store, tasksecrets.load_task_secret("t-1"))
@@ -100,8 +100,15 @@ def test_the_first_valid_outcome_wins_and_a_forgery_is_refused_on_read() -> None
         Outcome("SUCCEEDED", "forged", 3.0)))
     tasksecrets.save_task_secret("t-2", signing.new_secret())
     forged = signing.SignedStore(provider.store, tasksecrets.load_task_secret("t-2"))
-    with pytest.raises(SignatureError, match="t-2"):
-        lifecycle.outcome_of(forged, "t-2")
+    assert lifecycle.outcome_of(forged, "t-2") is None  # passed over, never the outcome
+    assert lifecycle.record_outcome(forged, "t-2", Outcome("SUCCEEDED", "real", 4.0))
+    real = lifecycle.outcome_of(forged, "t-2")  # the forgery did not block the real one
+    assert real is not None and real.message == "real"
+    assert provider.store.get(wire.outcome_key("t-2", 1)) is not None
+    for slot in range(wire.OUTCOME_SLOTS):  # every slot forged: refused, loudly
+        provider.store.put(wire.outcome_key("t-3", slot), b'{"mac": "00"}')
+    with pytest.raises(SignatureError, match="t-3"):
+        lifecycle.record_outcome(forged, "t-3", Outcome("SUCCEEDED", "real", 4.0))
 
 
 def test_the_vanished_nodes_judgement_names_where_they_died() -> None:

@@ -16,6 +16,7 @@ from flow_sdk.client.timeline import Timeline, task_timeline
 from flow_sdk.errors import (
     FieldProblem,
     ProviderError,
+    SignatureError,
     SshError,
     SshUnavailableError,
     TaskError,
@@ -100,9 +101,17 @@ class Task:
         return [i for i in instances if i.instance_id in given]
 
     def nodes(self) -> list[NodeRecord]:
-        store = self.store
-        return [NodeRecord.from_json(data) for key in store.list(wire.nodes_prefix(self.task_id))
-                if (data := store.get_record(key)) is not None]
+        """The node records the agents wrote; an object without the task's MAC under the
+        nodes' prefix is passed over."""
+        found = []
+        for key in self.store.list(wire.nodes_prefix(self.task_id)):
+            try:
+                data = self.store.get_record(key)
+            except SignatureError:
+                continue
+            if data is not None:
+                found.append(NodeRecord.from_json(data))
+        return found
 
     @property
     def status(self) -> TaskStatus:
@@ -227,7 +236,8 @@ class Task:
         if self.wait(timeout) is not TaskStatus.SUCCEEDED:
             raise self._error()
         keys = self.provider.store.list(wire.results_prefix(self.task_id))
-        return [self._load_result(int(key.rsplit("/", 1)[1])) for key in keys]
+        ranks = sorted(int(name) for key in keys if (name := key.rsplit("/", 1)[1]).isdigit())
+        return [self._load_result(rank) for rank in ranks]
 
     def _load_result(self, rank: int) -> Any:
         raw = self.store.get_blob(wire.result_key(self.task_id, rank))

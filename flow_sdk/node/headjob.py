@@ -56,6 +56,9 @@ _POLL_S = 0.1
 _NONCE = 16
 _TAG = 32
 _HEADER = struct.Struct("!Q")
+HANDSHAKE_S = 5.0  # a connection that has not proved itself by then is closed
+MAX_PENDING = 64  # handshakes at once; more connections wait in the listen backlog
+MAX_FRAME = 1 << 31  # a message larger than this is refused before it is read
 
 
 class HeadJobError(FlowError, RuntimeError):
@@ -103,6 +106,9 @@ class _Link:
     def receive(self) -> Any:
         """The next message; ``HeadJobError`` when the peer closed or the tag is wrong."""
         (size,) = _HEADER.unpack(_read_exact(self.sock, _HEADER.size))
+        if size > MAX_FRAME:
+            raise HeadJobError(f"a message of {size} bytes between the head and a worker is "
+                               f"over the {MAX_FRAME}-byte limit; refusing it")
         tag = _read_exact(self.sock, _TAG)
         body = _read_exact(self.sock, size)
         if not hmac.compare_digest(tag, self._tag(self._recv_dir, self._received, body)):
@@ -123,7 +129,14 @@ def _read_exact(sock: socket.socket, size: int) -> bytes:
 
 
 def _proof(key: bytes, nonce: bytes, rank: int) -> bytes:
+    """A worker's proof that it holds the job's key (over the head's nonce)."""
     return hmac.new(key, b"join" + nonce + struct.pack("!Q", rank), hashlib.sha256).digest()
+
+
+def _head_proof(key: bytes, nonce: bytes, worker_nonce: bytes, rank: int) -> bytes:
+    """The head's proof, over both nonces: a worker trusts only a head that holds the key."""
+    return hmac.new(key, b"head" + nonce + worker_nonce + struct.pack("!Q", rank),
+                    hashlib.sha256).digest()
 
 
 # -- what one participant runs ----------------------------------------------------------------
@@ -189,27 +202,42 @@ class HeadPool:
         self._thread.start()
 
     def _accept(self) -> None:
+        """Admit connections, each handshake in a thread of its own with a deadline (at most
+        ``MAX_PENDING`` at once), so idle or slow peers cannot hold the workers out."""
+        pending = threading.BoundedSemaphore(MAX_PENDING)
         with self._server:
             while not self._closing.is_set() and len(self._links) < self.world_size - 1:
+                if not pending.acquire(timeout=_POLL_S):
+                    continue
                 try:
                     conn, _ = self._server.accept()
                 except TimeoutError:
+                    pending.release()
                     continue
-                self._admit(conn)
+                threading.Thread(target=self._admit, args=(conn, pending), daemon=True,
+                                 name="flow-head-admit").start()
 
-    def _admit(self, conn: socket.socket) -> None:
+    def _admit(self, conn: socket.socket, pending: threading.BoundedSemaphore) -> None:
+        try:
+            self._handshake(conn)
+        finally:
+            pending.release()
+
+    def _handshake(self, conn: socket.socket) -> None:
         nonce = secrets.token_bytes(_NONCE)
-        conn.settimeout(10.0)
+        conn.settimeout(HANDSHAKE_S)
         try:
             conn.sendall(nonce)
             rank = struct.unpack("!Q", _read_exact(conn, 8))[0]
             proof = _read_exact(conn, _TAG)
+            worker_nonce = _read_exact(conn, _NONCE)
+            if not 0 < rank < self.world_size or not hmac.compare_digest(
+                    proof, _proof(self._key, nonce, rank)):
+                conn.close()  # not one of this job's workers
+                return
+            conn.sendall(_head_proof(self._key, nonce, worker_nonce, rank))
         except (OSError, HeadJobError):
             conn.close()
-            return
-        if not 0 < rank < self.world_size or not hmac.compare_digest(
-                proof, _proof(self._key, nonce, rank)):
-            conn.close()  # not one of this job's workers
             return
         conn.settimeout(None)
         with self._joined:
@@ -304,8 +332,20 @@ def _connect(key: bytes, address: str, port: int, rank: int) -> _Link:
             last = str(exc)
             time.sleep(_POLL_S)
             continue
-        nonce = _read_exact(sock, _NONCE)
-        sock.sendall(struct.pack("!Q", rank) + _proof(key, nonce, rank))
+        try:
+            nonce = _read_exact(sock, _NONCE)
+            mine = secrets.token_bytes(_NONCE)
+            sock.sendall(struct.pack("!Q", rank) + _proof(key, nonce, rank) + mine)
+            answer = _read_exact(sock, _TAG)
+        except (OSError, HeadJobError) as exc:
+            sock.close()
+            last = str(exc)
+            time.sleep(_POLL_S)
+            continue
+        if not hmac.compare_digest(answer, _head_proof(key, nonce, mine, rank)):
+            sock.close()
+            raise HeadJobError(f"the head at {address}:{port} could not prove it holds the "
+                               "job's key; refusing to run its calls")
         sock.settimeout(None)
         return _Link(sock, key, nonce, head=False)
     raise HeadJobError(f"rank {rank} could not reach the head at {address}:{port} within "

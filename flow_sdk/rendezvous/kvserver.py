@@ -10,6 +10,7 @@ malformed request gets an error reply. Nothing a peer sends stops the loop.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import hmac
 import itertools
@@ -23,9 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flow_sdk.rendezvous import kvwire
+from flow_sdk.wire import safejson
 
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 MAX_REPLY_BUFFER = 64 << 20  # a peer that stops reading its replies is dropped
+# Connections still in their handshake (each dropped after kvwire.HANDSHAKE_S): past this,
+# accepting pauses until one ends, so idle connections cannot take every descriptor.
+MAX_UNAUTHENTICATED = 2048
+FD_PAUSE_S = 0.05  # out of descriptors: accept again after this, instead of spinning
 _WANT_FDS = 65536
 _encode = json.JSONEncoder(separators=(",", ":")).encode  # built once: the C encoder
 
@@ -85,6 +91,9 @@ class KVServer:
         self._resume: list[_Conn] = []  # answered waiters whose queued requests are next
         self._stopping = False
         self.dropped = 0  # connections dropped for failing the handshake or a limit
+        self._unauthed = 0  # connections that have not completed the handshake
+        self._accepting = True  # the listener is watched (paused when at a limit)
+        self._resume_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name="kvstore", daemon=True)
         self._thread.start()
 
@@ -108,9 +117,9 @@ class KVServer:
 
     def _loop(self) -> None:
         while not self._stopping:
-            timeout = None
-            if self._timers:
-                timeout = max(0.0, self._timers[0][0] - time.monotonic())
+            due = [t for t in (self._timers[0][0] if self._timers else None,
+                               self._resume_at) if t is not None]
+            timeout = max(0.0, min(due) - time.monotonic()) if due else None
             for sel_key, events in self._sel.select(timeout):
                 if sel_key.data is None:
                     self._accept()
@@ -128,12 +137,18 @@ class KVServer:
 
     def _accept(self) -> None:
         for _ in range(256):  # a burst of arrivals: take many per wake-up
+            if self._unauthed >= MAX_UNAUTHENTICATED:
+                self._pause_accepting(None)  # until a handshake ends
+                return
             try:
                 sock, _addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # out of descriptors, or the peer reset before accept
+            except OSError as exc:  # out of descriptors, or the peer reset before accept
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._pause_accepting(time.monotonic() + FD_PAUSE_S)  # never spin
                 return
+            self._unauthed += 1
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Conn(sock, kvwire.new_nonce())
@@ -143,7 +158,28 @@ class KVServer:
                                           next(self._seq), conn))
             self._send(conn, {"hello": kvwire.VERSION, "nonce": conn.nonce})
 
+    def _pause_accepting(self, until: float | None) -> None:
+        """Stop watching the listener until ``until`` (None: until an unauthenticated
+        connection completes or is dropped); queued connections wait in the backlog."""
+        if self._accepting:
+            self._sel.unregister(self._listener)
+            self._accepting = False
+        self._resume_at = until
+
+    def _resume_accepting(self) -> None:
+        if not self._accepting and not self._stopping:
+            self._sel.register(self._listener, selectors.EVENT_READ, None)
+            self._accepting = True
+            self._resume_at = None
+
+    def _handshake_ended(self) -> None:
+        self._unauthed -= 1
+        if self._resume_at is None and self._unauthed < MAX_UNAUTHENTICATED:
+            self._resume_accepting()
+
     def _expire(self, now: float) -> None:
+        if self._resume_at is not None and now >= self._resume_at:
+            self._resume_accepting()
         while self._timers and self._timers[0][0] <= now:
             _, _, item = heapq.heappop(self._timers)
             if isinstance(item, _Conn):
@@ -177,8 +213,8 @@ class KVServer:
             line = bytes(conn.inbuf[:end])
             del conn.inbuf[:end + 1]
             try:
-                request = json.loads(line)
-            except ValueError:
+                request = safejson.loads(line, max_bytes=limit)
+            except safejson.BadJson:  # too deep, too long or not JSON: refused, never raised
                 request = None
             if not conn.authed:
                 self._handshake(conn, request)
@@ -197,6 +233,7 @@ class KVServer:
             self._drop(conn)
             return
         conn.authed = True
+        self._handshake_ended()
         self._send(conn, {"ok": True, "auth": kvwire.proof(self._secret, "kv-server",
                                                            conn.nonce, request["nonce"])})
 
@@ -301,6 +338,8 @@ class KVServer:
         if conn.closed:
             return
         conn.closed = True
+        if not conn.authed:
+            self._handshake_ended()
         if conn.waiting is not None:
             conn.waiting.done = True
         self._conns.discard(conn)

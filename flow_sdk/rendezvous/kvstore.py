@@ -21,6 +21,7 @@ from typing import Any
 from flow_sdk.errors import RendezvousError
 from flow_sdk.rendezvous import kvwire
 from flow_sdk.rendezvous.kvserver import KVServer
+from flow_sdk.wire import safejson
 
 OP_TIMEOUT_S = 5.0  # an answer slower than this means the leader is frozen or gone
 
@@ -87,8 +88,8 @@ class KVClient:
         if not line.endswith(b"\n"):
             raise ConnectionResetError("the store sent an oversize reply")
         try:
-            return json.loads(line)
-        except ValueError:
+            return safejson.loads(line, max_bytes=kvwire.MAX_LINE + 1)
+        except safejson.BadJson:
             raise ConnectionResetError("the store sent a malformed reply") from None
 
     def _call(self, request: dict[str, Any], wait_s: float = 0.0) -> Any:

@@ -22,6 +22,7 @@ from flow_sdk.errors import RendezvousError
 from flow_sdk.rendezvous import kvwire
 from flow_sdk.rendezvous.kvstore import KVClient, KVServer
 from flow_sdk.rendezvous.membership import Membership
+from flow_sdk.wire import safejson
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ _REPORT_TYPES: dict[str, tuple[type, ...]] = {
 def parse_report(raw: str, num_nodes: int) -> FailureReport | None:
     """A failure report read from the store, or None when it is malformed in any way."""
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = safejson.loads(raw, max_bytes=kvwire.MAX_VALUE)
+    except safejson.BadJson:
         return None
     names = {f.name for f in fields(FailureReport)}
     if not isinstance(data, dict) or set(data) != names:

@@ -13,6 +13,7 @@ from flow_sdk.wire.boot import (
     INSTANCE_ENV,
     BootConfig,
     node_boot,
+    take_node_boot,
 )
 from flow_sdk.wire.keys import (
     EVENT_MARK,
@@ -28,6 +29,7 @@ from flow_sdk.wire.keys import (
     membership_key,
     node_key,
     nodes_prefix,
+    OUTCOME_SLOTS,
     outcome_key,
     payload_key,
     rank_stream,
@@ -61,9 +63,10 @@ from flow_sdk.wire.records import (
 
 __all__ = [
     "ADDRESS_ENV", "BOOT_ENV", "BOOT_FILE_ENV", "INSTANCE_ENV", "BootConfig", "node_boot",
+    "take_node_boot",
     "EVENT_MARK", "agent_stream", "agent_up_key", "agents_up_prefix", "cancel_key", "code_key",
     "decider_key", "error_key", "launch_key", "launch_lease_key", "membership_key", "node_key",
-    "nodes_prefix", "outcome_key", "payload_key", "rank_stream", "restart_key",
+    "nodes_prefix", "OUTCOME_SLOTS", "outcome_key", "payload_key", "rank_stream", "restart_key",
     "restarts_prefix", "result_key", "results_prefix", "task_key", "task_prefix",
     "LEASE_MAX_TTL_S", "LEASE_STATES", "NODE_PHASES", "STREAM_KINDS", "TERMINAL_STATUSES",
     "AgentUp", "GangMember", "LaunchedNode", "LaunchLease", "LaunchRecord", "MembershipRecord",

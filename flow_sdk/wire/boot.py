@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from flow_sdk.errors import RecordError
+from flow_sdk.wire import safejson
+
+MAX_BOOT_BYTES = 1 << 20  # a boot configuration is a few KB
 
 BOOT_ENV = "FLOW_BOOT"  # the encoded boot configuration
 BOOT_FILE_ENV = "FLOW_BOOT_FILE"  # or the path of a 0600 file that holds it
@@ -60,9 +63,9 @@ class BootConfig:
         """The configuration :meth:`encode` wrote (the only decoder); raises RecordError
         for anything else."""
         try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise RecordError(f"{BOOT_ENV}: not JSON ({exc}); launch tasks through FlowApp "
+            data = safejson.loads(text, max_bytes=MAX_BOOT_BYTES)
+        except safejson.BadJson as exc:
+            raise RecordError(f"{BOOT_ENV}: {exc}; launch tasks through FlowApp "
                               "and run the same flow-sdk version on the client and the "
                               "nodes") from None
         if not isinstance(data, dict) or sorted(data) != sorted(_FIELDS):
@@ -89,3 +92,16 @@ def node_boot(environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str,
         raise RecordError(f"neither {BOOT_ENV} nor {BOOT_FILE_ENV} is set: node agents are "
                           "started by a provider")
     return BootConfig.decode(text), environ[INSTANCE_ENV], environ[ADDRESS_ENV]
+
+
+def take_node_boot(environ: MutableMapping[str, str] = os.environ
+                   ) -> tuple[BootConfig, str, str]:
+    """``node_boot``, then the secret's traces gone from this process: ``FLOW_BOOT`` and
+    ``FLOW_BOOT_FILE`` leave its environment (no worker, session or helper inherits them) and
+    the boot file is removed once read."""
+    found = node_boot(environ)
+    file = environ.pop(BOOT_FILE_ENV, None)
+    environ.pop(BOOT_ENV, None)
+    if file:
+        Path(file).unlink(missing_ok=True)
+    return found

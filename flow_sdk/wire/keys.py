@@ -22,8 +22,14 @@ def task_key(task_id: str) -> str:
     return f"tasks/{task_id}/task.json"
 
 
-def outcome_key(task_id: str) -> str:
-    return f"tasks/{task_id}/outcome.json"
+def outcome_key(task_id: str, slot: int = 0) -> str:
+    """The task's outcome in ``slot``: the first valid record over the slots, in order, is
+    the outcome (a forged record in one moves the writers on, never blocks them)."""
+    return f"tasks/{task_id}/outcome.json" if slot == 0 else \
+        f"tasks/{task_id}/outcome.{slot}.json"
+
+
+OUTCOME_SLOTS = 8
 
 
 def restart_key(task_id: str, generation: int) -> str:

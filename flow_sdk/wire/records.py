@@ -12,6 +12,9 @@ from enum import Enum
 from typing import Any
 
 from flow_sdk.errors import RecordError
+from flow_sdk.wire import safejson
+
+MAX_RECORD_BYTES = 16 << 20  # no record of ours comes near it
 
 
 class TaskStatus(str, Enum):
@@ -78,10 +81,10 @@ def _fields_of(cls: type[Any], data: bytes) -> dict[str, Any]:
     RecordError when it is not JSON or its keys are not ``cls``'s fields."""
     what = cls.__name__
     try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordError(f"{what}: not JSON ({exc}); run the same flow-sdk version on the "
-                          "client and the nodes") from None
+        raw = safejson.loads(data, max_bytes=MAX_RECORD_BYTES)
+    except safejson.BadJson as exc:
+        raise RecordError(f"{what}: {exc}; run the same flow-sdk version on the client and "
+                          "the nodes") from None
     if not isinstance(raw, dict):
         raise RecordError(f"{what}: expected a JSON object, got {type(raw).__name__}")
     raw.pop("mac", None)  # flow_sdk.wire.signing's MAC, checked before the record is parsed

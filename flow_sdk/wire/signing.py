@@ -28,15 +28,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
 
 from flow_sdk.errors import SignatureError, TaskSecretError
+from flow_sdk.wire import safejson
 
 SECRET_BYTES = 32
 MAC_FIELD = "mac"
+MAX_RECORD_BYTES = 16 << 20  # no record of ours comes near it
+_MAC_RE = re.compile(r"[0-9a-f]{64}")
 _BLOB_MAGIC = b"FLOWMAC1"
 _MAC_HEX = 64
 
@@ -72,13 +76,15 @@ def open_record(secret: bytes, key: str, raw: bytes) -> bytes:
     """``raw`` unchanged once its ``mac`` checks out; raises ``SignatureError`` otherwise.
     The records' ``from_json`` readers ignore the ``mac`` field."""
     try:
-        data = json.loads(raw)
-    except ValueError:
-        raise SignatureError(key, "not a JSON record") from None
+        data = safejson.loads(raw, max_bytes=MAX_RECORD_BYTES)
+    except safejson.BadJson as exc:
+        raise SignatureError(key, f"not a record: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get(MAC_FIELD), str):
         raise SignatureError(key, "the record carries no MAC")
     claimed = data.pop(MAC_FIELD)
-    if not hmac.compare_digest(claimed, mac(secret, key, _canonical(data))):
+    if not _MAC_RE.fullmatch(claimed):  # checked before compare_digest, which wants ASCII
+        raise SignatureError(key, "the record's MAC is not 64 hex digits")
+    if not hmac.compare_digest(claimed.encode(), mac(secret, key, _canonical(data)).encode()):
         raise SignatureError(key, "the record's MAC does not match the task's secret")
     return raw
 

@@ -4,9 +4,13 @@ limits drop a peer without stopping the server, and waits are answered by the se
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +59,7 @@ def test_the_hello_carries_a_fresh_nonce_and_never_the_secret(server: KVServer) 
     b'{"op": "set", "key": "g0/fail/count", "value": "9"}\n',  # no handshake at all
     b'{"auth": "00", "nonce": "' + b"a" * 32 + b'"}\n',  # a wrong proof
     b"not json\n",
+    b"[" * 1000 + b"\n",  # deep nesting: Python's decoder would raise RecursionError
 ])
 def test_a_connection_without_the_secret_is_dropped_and_changes_nothing(
         server: KVServer, first_line: bytes) -> None:
@@ -108,6 +113,8 @@ def test_malformed_requests_get_an_error_and_the_connection_lives_on(server: KVS
             client._call(request)
     client._sock.sendall(b"{broken\n")
     assert json.loads(client._reader.readline())["ok"] is False
+    client._sock.sendall(b'{"op": "get", "key": ' + b"[" * 5000 + b"\n")
+    assert json.loads(client._reader.readline())["ok"] is False
     client.set("n", "garbage")
     assert client.add("n", 2) == 2  # a malformed counter restarts from 0
     client.close()
@@ -150,3 +157,49 @@ def test_requests_queued_behind_a_wait_are_served_after_it(server: KVServer) -> 
     assert replies == [{"ok": True, "value": 1}, {"ok": True, "value": "1"}]
     waiter.close()
     writer.close()
+
+
+SERVE_WITH_FEW_DESCRIPTORS = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+from flow_sdk.rendezvous.kvstore import KVServer
+server = KVServer("127.0.0.1", 0, bytes(range(32)))
+print(server.port, flush=True)
+time.sleep(60)
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_connections_past_the_descriptor_limit_leave_the_server_idle() -> None:
+    """300 idle connections to a server that has 128 descriptors: it pauses accepting
+    instead of spinning, drops them at the handshake deadline, then serves again."""
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_WITH_FEW_DESCRIPTORS],
+                            stdout=subprocess.PIPE, text=True)
+    held: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        for _ in range(300):
+            try:
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break  # the backlog is full: the attacker holds what it got
+        before = _cpu_seconds(proc.pid)
+        time.sleep(2.0)
+        used = _cpu_seconds(proc.pid) - before
+        assert used < 0.3, f"the server used {used:.2f}s of CPU in 2s while held"
+        for sock in held:
+            sock.close()
+        client = KVClient("127.0.0.1", port, SECRET, connect_timeout_s=kvwire.HANDSHAKE_S + 5)
+        client.set("k", "v")
+        assert client.get("k") == "v"
+        client.close()
+    finally:
+        for sock in held:
+            sock.close()
+        proc.kill()
+        proc.wait()

@@ -13,6 +13,7 @@ import pytest
 
 from flow_testing import agent_pid, wait_until
 from flow_sdk import FlowApp, payload, tasksecrets, wire
+from flow_sdk.procs import pids_with_env
 from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError
 from flow_sdk.wire import BootConfig, TaskRecord, TaskStatus
@@ -174,3 +175,50 @@ def test_a_replacement_node_refuses_a_rewritten_record_or_payload(tmp_path: Path
     replacement = {i.instance_id for i in provider.list_instances(task.task_id)} - gang
     assert len(replacement) == 1 and next(iter(replacement)) in outcome.message
     assert not marker.exists()
+
+
+@app.function(num_instances=2, quiet=True)
+def holds_still() -> str:
+    import time as _time
+
+    print("ready", flush=True)
+    _time.sleep(6)
+    return "done"
+
+
+def _traces(pid: int) -> str:
+    """What another process could read of ``pid``: environment, command line, open files."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        seen = [(proc / "environ").read_bytes().decode(errors="replace"),
+                (proc / "cmdline").read_bytes().decode(errors="replace")]
+        seen += [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+    return "\n".join(seen)
+
+
+def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone() -> None:
+    """No worker, keeper, sshd or SSH helper of a live local node carries the task's secret,
+    the boot file's name or an open boot file; the agent removed the file once read."""
+    task = holds_still.spawn()
+    try:
+        wait_until(lambda: sum("ready" in ln for ln in task.logs()) == 2, 90, "2 ranks ready")
+        secret = tasksecrets.load_task_secret(task.task_id).hex()
+        provider = task.provider
+        assert isinstance(provider, LocalProvider)
+        records = provider._records(task.task_id)
+        agents = {int(r["pid"]) for r in records}
+        others = [pid for pid in pids_with_env(wire.INSTANCE_ENV,
+                                               [r["instance_id"] for r in records])
+                  if pid not in agents]
+        assert len(others) >= 4, others  # two workers and two keepers at least
+        for pid in others:
+            seen = _traces(pid)
+            assert secret not in seen and wire.BOOT_FILE_ENV not in seen, pid
+            assert "boot.json" not in seen, pid
+        assert not [r for r in records if (Path(r["workdir"]) / "boot.json").exists()]
+        assert task.result(timeout=60) == "done"
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()

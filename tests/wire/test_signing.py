@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from flow_sdk import tasksecrets
+from flow_sdk._config import flow_home
 from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError, TaskSecretError
 from flow_sdk.providers.local import FileObjectStore
@@ -37,7 +38,12 @@ def test_a_record_opens_only_with_its_secret_and_key() -> None:
 
 
 @pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'{"status": "SUCCEEDED"}',
-                                 b'{"status": "SUCCEEDED", "mac": 7}'])
+                                 b'{"status": "SUCCEEDED", "mac": 7}',
+                                 # a MAC compare_digest cannot take (not ASCII), deep nesting
+                                 json.dumps({"status": "SUCCEEDED", "mac": "\u00e9" * 64},
+                                            ensure_ascii=False).encode(),
+                                 b'{"mac": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+                                 b"\xff\xfe not utf-8"])
 def test_malformed_or_unsigned_records_are_refused(raw: bytes) -> None:
     with pytest.raises(SignatureError, match="k.json"):
         signing.open_record(SECRET, "k.json", raw)
@@ -106,3 +112,18 @@ def test_local_store_files_are_private(tmp_path: Path) -> None:
     for folder in (tmp_path / "store", tmp_path / "store/tasks", tmp_path / "store/tasks/t",
                    tmp_path / "store/tasks/t/results"):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+
+
+def test_flow_home_is_tightened_to_0700_and_refused_when_another_user_owns_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "loose"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    monkeypatch.setenv("FLOW_HOME", str(home))
+    assert flow_home() == home and stat.S_IMODE(home.stat().st_mode) == 0o700
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 4242, 4242)  # root here: make it another user's
+    monkeypatch.setenv("FLOW_HOME", str(theirs))
+    with pytest.raises(PermissionError, match="belongs to user 4242"):
+        flow_home()

@@ -35,7 +35,7 @@ from flow_sdk.node.agent.timeline import BOOT_PHASES_ENV, TimelineRecorder
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.node.agent.worker import CALL_CODE_FILE
 from flow_sdk.errors import SignatureError
-from flow_sdk.wire import BOOT_ENV, BootConfig, NodePhase, TaskRecord, node_boot
+from flow_sdk.wire import BootConfig, NodePhase, TaskRecord, take_node_boot
 from flow_sdk.wire.pools import pool_of_task
 from flow_sdk.providers import get_provider
 from flow_sdk.sdkwheel import PythonMismatchError
@@ -161,8 +161,7 @@ def serve(agent: Agent) -> int:
 
 
 def main() -> int:
-    boot, instance_id, address = node_boot()
-    os.environ.pop(BOOT_ENV, None)  # it carries the task's secret: workers do not inherit it
+    boot, instance_id, address = take_node_boot()  # the secret's traces go with it
     return serve(Agent(boot, instance_id, address,
                        Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd()))))
 

@@ -41,8 +41,8 @@ from flow_sdk.wire import (
     BootConfig,
     MembershipRecord,
     TaskRecord,
-    node_boot,
     signing,
+    take_node_boot,
 )
 from flow_sdk.wire.pools import (
     Assignment,
@@ -340,8 +340,7 @@ def _kill_session(pid: int) -> None:
 
 
 def main() -> int:
-    boot, instance_id, address = node_boot()
-    os.environ.pop(BOOT_ENV, None)  # the pool's secret: no task inherits it
+    boot, instance_id, address = take_node_boot()  # the secret's traces go with it
     daemon = PoolDaemon(boot, instance_id, address,
                         Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd())))
 

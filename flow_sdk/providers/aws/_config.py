@@ -43,6 +43,8 @@ _PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ACCOUNT_RE = re.compile(r"^[0-9]{12}$")
 _IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
+_PREFIX_RE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]*/)*")
+_LOG_GROUP_RE = re.compile(r"[A-Za-z0-9._/#-]{1,400}")
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,16 @@ class AwsConfig:
         bucket, bucket_owner = _bucket_settings(config)
         expiry = _expiry_days(config.get("object_expiry_days", DEFAULT_OBJECT_EXPIRY_DAYS))
         prefix = config.get("prefix", DEFAULT_PREFIX)
-        if not isinstance(prefix, str) or prefix.startswith("/") or (prefix and
-                                                                     not prefix.endswith("/")):
+        if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
             raise ProviderError(f"provider_config.prefix {prefix!r} must be empty or a relative "
-                                "path ending in '/', e.g. 'flow/'")
+                                "path ending in '/' of letters, digits, '.', '_' and '-', e.g. "
+                                "'flow/' (it becomes part of the task's IAM resource names: no "
+                                "wildcards)")
+        log_groups = config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX
+        if not isinstance(log_groups, str) or not _LOG_GROUP_RE.fullmatch(log_groups):
+            raise ProviderError(f"provider_config.log_group_prefix {log_groups!r} must be "
+                                "letters, digits and '.', '_', '-', '/', '#', e.g. '/flow/' (it "
+                                "becomes part of the task's IAM resource names: no wildcards)")
         ssh_cidr = config.get("ssh_cidr")
         if ssh_cidr is not None:
             ssh_cidr = check_ssh_cidr(ssh_cidr)
@@ -155,7 +163,7 @@ class AwsConfig:
             instance_profile=config.get("instance_profile"), ami_id=config.get("ami_id"),
             ami_ssm_parameter=config.get("ami_ssm_parameter") or DLAMI_PARAMETER,
             image_python=image_python,
-            log_group_prefix=config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX,
+            log_group_prefix=log_groups,
             log_retention_days=retention, object_expiry_days=expiry,
             max_launch_attempts=attempts, imds_endpoint=imds,
             ssh_user=ssh_user, ssh_address=ssh_address, ssh_key_path=ssh_key_path,

@@ -9,7 +9,8 @@ is why ``interface="block"`` is single-node (``TaskSpec`` rejects it with ``num_
 2. after ``run_instances``: :func:`attach_block_volume` for the node;
 3. in user-data: :func:`mount_script`, which waits for the device and mounts it before the
    agent starts. It makes an ext4 file system only on a volume flow created and tagged
-   ``flow:formatted=false`` (and that ``blkid`` finds blank), then tags it formatted; on any
+   ``flow:formatted=false`` (and that ``blkid``, asked three times a second apart, finds
+   blank), then tags it formatted; on any
    other volume it refuses to format, so a ``blkid`` that fails transiently can never wipe
    a volume holding data.
 """
@@ -131,7 +132,15 @@ def attach_block_volume(ec2: Any, volume_id: str, instance_id: str, device: str 
     _wait(ec2, volume_id, ("in-use",), timeout_s, poll_s)
 
 
-_MOUNT_FUNCTION = """flow_mount_ebs() {  # volume id, device, mount path, fresh|keep
+_MOUNT_FUNCTION = """flow_has_fs() {  # device: blkid finds a file system, asked 3 times
+  local i
+  for i in 1 2 3; do
+    if blkid "$1" >/dev/null 2>&1; then return 0; fi
+    if [ "$i" -lt 3 ]; then sleep 1; fi
+  done
+  return 1
+}
+flow_mount_ebs() {  # volume id, device, mount path, fresh|keep
   local serial="${1//-/}" dev="" tries
   for attempt in $(seq 1 120); do
     for candidate in "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_${serial}" \\
@@ -141,7 +150,7 @@ _MOUNT_FUNCTION = """flow_mount_ebs() {  # volume id, device, mount path, fresh|
     sleep 5
   done
   if [ -z "$dev" ]; then echo "flow bootstrap: EBS volume $1 never appeared" >&2; return 1; fi
-  if [ "$4" = fresh ] && ! blkid "$dev" >/dev/null 2>&1; then
+  if [ "$4" = fresh ] && ! flow_has_fs "$dev"; then  # one failed blkid is not "blank"
     mkfs.ext4 -q "$dev"
     aws ec2 create-tags --region "$FLOW_NODE_REGION" --resources "$1" \\
       --tags Key=flow:formatted,Value=true \\

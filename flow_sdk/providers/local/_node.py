@@ -53,6 +53,11 @@ def node_env(request: LaunchRequest, instance_id: str, address: str, workdir: Pa
     return env
 
 
+def without_boot(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the boot file's name: only the agent reads it (and removes it)."""
+    return {k: v for k, v in env.items() if k != wire.BOOT_FILE_ENV}
+
+
 def spawn(env: Mapping[str, str], workdir: Path, stream: Path, instance_id: str,
           sshd_argv: Sequence[str], module: str) -> dict[str, Any]:
     """Start the node's keeper, then its agent (``python -m module``: the task's agent, or a
@@ -62,7 +67,7 @@ def spawn(env: Mapping[str, str], workdir: Path, stream: Path, instance_id: str,
     try:
         keeper = subprocess.Popen(
             _keeper.keeper_argv(sys.executable, stream, instance_id, sshd_argv), cwd=workdir,
-            env=env, stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=without_boot(env), stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         _children[keeper.pid] = keeper
         fields: dict[str, Any] = {"keeper_pid": keeper.pid,

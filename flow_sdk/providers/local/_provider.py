@@ -213,7 +213,8 @@ class LocalProvider(Provider):
                              self._node_gpus(task_id, index))
         sshd_argv, ssh_fields = _sshd.configure(server, python=sys.executable,
                                                 accepted=self._sshd_ok, session={
-            "workdir": str(workdir), "env": env, "task_id": task_id, "instance_id": instance_id,
+            "workdir": str(workdir), "env": _node.without_boot(env), "task_id": task_id,
+            "instance_id": instance_id,
             "nodes_dir": str(self._store.root / wire.nodes_prefix(task_id)),
             "task_file": str(self._store.root / wire.task_key(task_id))})
         record: dict[str, Any] = {"instance_id": instance_id, "task_id": task_id,

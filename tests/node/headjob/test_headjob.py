@@ -75,7 +75,7 @@ def test_a_client_without_the_key_is_turned_away() -> None:
         with socket.create_connection(("127.0.0.1", port)) as sock:
             nonce = headjob._read_exact(sock, 16)
             wrong = headjob._proof(secrets.token_bytes(32), nonce, 1)
-            sock.sendall(struct.pack("!Q", 1) + wrong)
+            sock.sendall(struct.pack("!Q", 1) + wrong + secrets.token_bytes(16))
             assert sock.recv(1) == b""  # closed without a word
         with pytest.raises(headjob.HeadJobError, match=r"rank\(s\) \[1\]"):
             pool.run(_times_ten, (1,), [0, 1], timeout_s=0.5)
@@ -139,3 +139,50 @@ def test_the_link_key_comes_from_the_task_secret_never_from_the_payload(
     monkeypatch.setenv(headjob.KEY_ENV, "zz" * 32)
     with pytest.raises(headjob.HeadJobError, match="64-hex-digit"):
         headjob.run_head_only(_times_ten, (1,), {})
+
+
+def test_idle_connections_to_the_head_do_not_keep_the_workers_out() -> None:
+    """Connections that never finish their handshake: the workers are admitted beside them
+    at once, and the idle ones are closed at the handshake deadline."""
+    port = free_port()
+    pool = headjob.HeadPool(KEY, "127.0.0.1", port, 3, workers_per_node=1)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    threads = []
+    try:
+        for rank in (1, 2):
+            def serve(rank: int = rank) -> None:
+                link = headjob._connect(KEY, "127.0.0.1", port, rank)
+                with link.sock:
+                    headjob._serve(link)
+            threads.append(threading.Thread(target=serve, daemon=True))
+            threads[-1].start()
+        started = time.monotonic()
+        assert pool.run(_times_ten, (3,), [0, 1, 2], timeout_s=30) == [30, 30, 30]
+        assert time.monotonic() - started < headjob.HANDSHAKE_S  # not after the idle ones
+        idle[0].settimeout(headjob.HANDSHAKE_S + 5)
+        assert idle[0].recv(64) and idle[0].recv(64) == b""  # the nonce, then closed
+    finally:
+        for sock in idle:
+            sock.close()
+        pool.close()
+        for thread in threads:
+            thread.join(timeout=10)
+
+
+def test_a_worker_refuses_a_head_without_the_key() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def impostor() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(secrets.token_bytes(16))
+                headjob._read_exact(conn, 8 + 32 + 16)
+                conn.sendall(secrets.token_bytes(32))  # a proof it cannot make
+                time.sleep(1)
+
+        thread = threading.Thread(target=impostor, daemon=True)
+        thread.start()
+        with pytest.raises(headjob.HeadJobError, match="could not prove it holds the job's key"):
+            headjob._connect(KEY, "127.0.0.1", port, 1)
+        thread.join(timeout=5)

@@ -130,3 +130,21 @@ def test_user_data_over_the_ec2_limit_is_found_by_check(aws: AwsWorld) -> None:
     with pytest.raises(ProviderError, match="shorten provider_config prefix"):
         provider.launch(LaunchRequest("big-1", spec(priority="high"), boot))
     assert aws.non_terminated() == [] and aws.client("iam").list_roles()["Roles"] == []
+
+
+@pytest.mark.parametrize(("key", "value"), [("prefix", "*/"), ("prefix", "flow/*/"),
+                                            ("prefix", "../up/"), ("prefix", "/abs/"),
+                                            ("log_group_prefix", "/flow/*"),
+                                            ("log_group_prefix", "/flow/?x")])
+def test_config_values_that_become_arns_refuse_wildcards_before_launch(
+        aws: AwsWorld, key: str, value: str) -> None:
+    from flow_sdk import FlowApp, ValidationError
+
+    app = FlowApp("arns", provider="aws", provider_config=aws.config(**{key: value}))
+    with pytest.raises(ValidationError, match=f"provider_config.{key}"):
+        app.function(priority="high")(_noop)
+    assert aws.instances() == []  # nothing was launched
+
+
+def _noop() -> None:
+    return None

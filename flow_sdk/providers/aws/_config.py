@@ -126,17 +126,7 @@ class AwsConfig:
             _check_region(name, "regions")
         bucket, bucket_owner = _bucket_settings(config)
         expiry = _expiry_days(config.get("object_expiry_days", DEFAULT_OBJECT_EXPIRY_DAYS))
-        prefix = config.get("prefix", DEFAULT_PREFIX)
-        if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
-            raise ProviderError(f"provider_config.prefix {prefix!r} must be empty or a relative "
-                                "path ending in '/' of letters, digits, '.', '_' and '-', e.g. "
-                                "'flow/' (it becomes part of the task's IAM resource names: no "
-                                "wildcards)")
-        log_groups = config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX
-        if not isinstance(log_groups, str) or not _LOG_GROUP_RE.fullmatch(log_groups):
-            raise ProviderError(f"provider_config.log_group_prefix {log_groups!r} must be "
-                                "letters, digits and '.', '_', '-', '/', '#', e.g. '/flow/' (it "
-                                "becomes part of the task's IAM resource names: no wildcards)")
+        prefix, log_groups = _name_prefixes(config)
         ssh_cidr = config.get("ssh_cidr")
         if ssh_cidr is not None:
             ssh_cidr = check_ssh_cidr(ssh_cidr)
@@ -261,6 +251,23 @@ def _expiry_days(value: Any) -> int | None:
                             f"{DEFAULT_OBJECT_EXPIRY_DAYS}), or null to keep task objects "
                             "until `flow gc --older-than` removes them")
     return value
+
+
+def _name_prefixes(config: Mapping[str, Any]) -> tuple[str, str]:
+    """``prefix`` and ``log_group_prefix``: they become parts of the task's IAM resource
+    names, so they may hold no wildcard or path trick."""
+    prefix = config.get("prefix", DEFAULT_PREFIX)
+    if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
+        raise ProviderError(f"provider_config.prefix {prefix!r} must be empty or a relative "
+                            "path ending in '/' of letters, digits, '.', '_' and '-', e.g. "
+                            "'flow/' (it becomes part of the task's IAM resource names: no "
+                            "wildcards)")
+    log_groups = config.get("log_group_prefix") or DEFAULT_LOG_GROUP_PREFIX
+    if not isinstance(log_groups, str) or not _LOG_GROUP_RE.fullmatch(log_groups):
+        raise ProviderError(f"provider_config.log_group_prefix {log_groups!r} must be "
+                            "letters, digits and '.', '_', '-', '/', '#', e.g. '/flow/' (it "
+                            "becomes part of the task's IAM resource names: no wildcards)")
+    return prefix, log_groups
 
 
 def _code(value: Any) -> CodeRef:

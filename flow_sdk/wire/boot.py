@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_sdk.errors import RecordError
-from flow_sdk.wire import safejson
+import flow_sdk.wire.safejson as safejson
 
 MAX_BOOT_BYTES = 1 << 20  # a boot configuration is a few KB
 

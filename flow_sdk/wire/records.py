@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 from flow_sdk.errors import RecordError
-from flow_sdk.wire import safejson
+import flow_sdk.wire.safejson as safejson
 
 MAX_RECORD_BYTES = 16 << 20  # no record of ours comes near it
 

@@ -35,7 +35,7 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from flow_sdk.errors import SignatureError, TaskSecretError
-from flow_sdk.wire import safejson
+import flow_sdk.wire.safejson as safejson
 
 SECRET_BYTES = 32
 MAC_FIELD = "mac"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from flow_testing import agent_pid, processes_with_env, wait_until
 from flow_sdk import FlowApp, TaskStatus, wire
 from flow_sdk.wire import signing
 from flow_sdk.providers.local import LocalProvider
+from flow_sdk.node.agent import worker
 
 pytestmark = pytest.mark.slow
 
@@ -130,3 +133,14 @@ def test_a_user_exception_is_not_restarted_and_is_labelled_user() -> None:
     assert "not restarted: a user failure" in outcome.message
     assert task.store.get_record(wire.restart_key(task.task_id, 1)) is None  # never restarted
     assert any("[user failure]" in note for note in raised.value.__notes__)
+    shown = subprocess.run(["flow", "status", task.task_id], capture_output=True, text=True,
+                           timeout=60)
+    assert any(line.split()[:2] == ["failure", "user"] for line in shown.stdout.splitlines())
+
+
+@pytest.mark.parametrize(("exc", "label"), [
+    (OSError(errno.ENOSPC, "No space left on device"), "infra"), (MemoryError(), "infra"),
+    (OSError(errno.EACCES, "Permission denied"), "user"), (ZeroDivisionError(), "user")])
+def test_a_full_disk_or_exhausted_memory_is_labelled_infra(exc: BaseException,
+                                                            label: str) -> None:
+    assert worker.label_of(exc) == label

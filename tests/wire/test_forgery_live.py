@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -222,3 +223,37 @@ def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone() -> None:
     finally:
         if not task.status.is_terminal:
             task.cancel()
+
+
+@app.function(num_instances=2, quiet=True)
+def steady_answer() -> int:
+    import time as _time
+
+    print("ready", flush=True)
+    _time.sleep(5)
+    return 42
+
+
+def test_hostile_packets_and_objects_during_a_live_task_leave_it_succeeded() -> None:
+    """While a 2-node task runs, someone without its secret sends the leader's store a
+    deeply nested line and holds idle connections, and writes a forged FAILED outcome whose
+    MAC is not ASCII and a junk node record: the task still SUCCEEDS with its real result."""
+    task = steady_answer.spawn()
+    wait_until(lambda: sum("ready" in line for line in task.logs()) == 2, 90, "2 ranks ready")
+    leader = next(n for n in task.nodes() if n.node == 0)
+    port = task.record().rdzv_port
+    idle = [socket.create_connection((leader.address, port), timeout=5) for _ in range(50)]
+    try:
+        with socket.create_connection((leader.address, port), timeout=5) as deep:
+            deep.sendall(b"[" * 1000 + b"\n")
+            assert deep.recv(1 << 16) and deep.recv(1 << 16) == b""  # hello, then dropped
+        forged = json.dumps({"status": "FAILED", "message": "forged", "finished_at": 1.0,
+                             "mac": "\u00e9" * 64}, ensure_ascii=False).encode()
+        task.provider.store.put(wire.outcome_key(task.task_id), forged)
+        task.provider.store.put(f"{wire.nodes_prefix(task.task_id)}000007.json", b"junk")
+        assert task.result(timeout=120) == 42
+    finally:
+        for sock in idle:
+            sock.close()
+    assert task.status is TaskStatus.SUCCEEDED
+    assert not any("crashed" in line for line in task.logs(source="agent"))

@@ -120,19 +120,35 @@ def orphaned(now: float | None = None) -> Outcome:
 
 # -- gc: which tasks ended, then the provider reclaims ----------------------------------------
 
-def orphans(provider: Provider, known: Collection[str]) -> list[str]:
-    """Tasks this machine launched (it holds their secret) in ``provider``'s store that no
-    client record names any more (``known``: the task ids that have one), that have no
-    outcome and still have a node up."""
-    store = provider.store
-    found = []
+def signed_ends(provider: Provider) -> tuple[dict[str, str], list[str]]:
+    """The tasks this machine launched (it holds their secret) in ``provider``'s store: those
+    with a valid outcome, with why their leftovers may go, and the ids of the others. An
+    outcome without the task's MAC is passed over, so a forgery in the store never makes
+    ``flow gc`` reclaim a running task (providers hold no secret and never read outcomes)."""
+    ended: dict[str, str] = {}
+    running: list[str] = []
     for task_id in tasksecrets.task_secret_ids():
-        if task_id in known or not store.exists(wire.task_key(task_id)) \
-                or store.exists(wire.outcome_key(task_id)):
+        if not provider.store.exists(wire.task_key(task_id)):
             continue
-        if any(i.state != "terminated" for i in provider.list_instances(task_id)):
-            found.append(task_id)
-    return found
+        store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
+        try:
+            outcome = outcome_of(store, task_id)
+        except RecordError:
+            outcome = None  # a signed record of another version: judged by what else is known
+        if outcome is None:
+            running.append(task_id)
+        else:
+            ended[task_id] = f"task ended {outcome.status}"
+    return ended, running
+
+
+def orphans(provider: Provider, known: Collection[str], running: Collection[str]
+            ) -> list[str]:
+    """Of ``running`` (``signed_ends``: tasks this machine launched, with no valid outcome),
+    those that no client record names any more (``known``: the task ids that have one) and
+    that still have a node up."""
+    return [task_id for task_id in running if task_id not in known
+            and any(i.state != "terminated" for i in provider.list_instances(task_id))]
 
 
 def leftover_pools(provider: Provider, now: float | None = None) -> dict[str, str]:
@@ -189,11 +205,12 @@ def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
             ) -> GcReport:
     """``flow gc`` for one provider: record CANCELLED for each orphaned task (``orphans``:
     signed with the task's secret, so its client can check it), then ask the provider to
-    reclaim what ended tasks and leftover pools (``leftover_pools``) left. With ``dry_run``
-    nothing is recorded or reclaimed."""
+    reclaim what ended tasks (``signed_ends``), orphans and leftover pools
+    (``leftover_pools``) left. With ``dry_run`` nothing is recorded or reclaimed."""
     pools = leftover_pools(provider)
-    ended: dict[str, str] = dict(pools)
-    for task_id in orphans(provider, known):
+    ended, running = signed_ends(provider)
+    ended.update(pools)
+    for task_id in orphans(provider, known, running):
         if dry_run:
             ended[task_id] = ORPHANED_DRY_RUN
             continue

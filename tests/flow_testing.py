@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,27 @@ from flow_sdk.providers.local import LocalProvider
 def processes_with_env(key: str, value: str) -> list[int]:
     """PIDs of live processes (other than this one) whose environment has ``key=value``."""
     return pids_with_env(key, [value])
+
+
+def process_traces(pid: int, file_bytes: int = 1 << 20) -> str:
+    """What another process could read of ``pid``: its environment, command line, the names
+    of its open files and the first ``file_bytes`` of each open regular file."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        seen = [(proc / "environ").read_bytes().decode(errors="replace"),
+                (proc / "cmdline").read_bytes().decode(errors="replace")]
+        fds = list((proc / "fd").iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return ""  # the process is gone
+    for fd in fds:
+        try:
+            seen.append(os.readlink(fd))
+            if fd.is_file():
+                with open(fd, "rb") as opened:
+                    seen.append(opened.read(file_bytes).decode(errors="replace"))
+        except FileNotFoundError:
+            continue  # closed meanwhile
+    return "\n".join(seen)
 
 
 def fake_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from flow_sdk.wire.boot import (
     BOOT_ENV,
     BOOT_FILE_ENV,
     INSTANCE_ENV,
+    SECRET_FILE_ENV,
     BootConfig,
     node_boot,
     take_node_boot,
@@ -62,8 +63,8 @@ from flow_sdk.wire.records import (
 )
 
 __all__ = [
-    "ADDRESS_ENV", "BOOT_ENV", "BOOT_FILE_ENV", "INSTANCE_ENV", "BootConfig", "node_boot",
-    "take_node_boot",
+    "ADDRESS_ENV", "BOOT_ENV", "BOOT_FILE_ENV", "INSTANCE_ENV", "SECRET_FILE_ENV", "BootConfig",
+    "node_boot", "take_node_boot",
     "EVENT_MARK", "agent_stream", "agent_up_key", "agents_up_prefix", "cancel_key", "code_key",
     "decider_key", "error_key", "launch_key", "launch_lease_key", "membership_key", "node_key",
     "nodes_prefix", "OUTCOME_SLOTS", "outcome_key", "payload_key", "rank_stream", "restart_key",

@@ -2,10 +2,12 @@
 
 One typed object from the client to the agent. The client builds it, a provider may set the
 provider config its nodes use (``with_provider_config``), and the provider carries the text
-of :meth:`BootConfig.encode` to the node as it is: in ``FLOW_BOOT`` (the user-data sets it
-on EC2), or in a 0600 file named by ``FLOW_BOOT_FILE`` (local nodes, so the secret stays out
-of argv and environment dumps). The node reads it with :func:`node_boot`, the one place
-that decodes it.
+of :meth:`BootConfig.encode` to the node: in a 0600 file named by ``FLOW_BOOT_FILE`` (local
+nodes, so the secret stays out of argv and environment dumps), or in ``FLOW_BOOT`` with the
+secret left out and the secret alone in a 0600 file named by ``FLOW_SECRET_FILE`` (EC2: the
+user-data sets ``FLOW_BOOT``, and the bootstrap fetches the secret, which user-data never
+holds). The agent takes it with :func:`take_node_boot`, the one place that reads the secret,
+which removes both files; :func:`node_boot` reads the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ MAX_BOOT_BYTES = 1 << 20  # a boot configuration is a few KB
 
 BOOT_ENV = "FLOW_BOOT"  # the encoded boot configuration
 BOOT_FILE_ENV = "FLOW_BOOT_FILE"  # or the path of a 0600 file that holds it
+SECRET_FILE_ENV = "FLOW_SECRET_FILE"  # a 0600 file with the secret FLOW_BOOT leaves out
 INSTANCE_ENV = "FLOW_INSTANCE_ID"  # the node's instance id
 ADDRESS_ENV = "FLOW_NODE_ADDRESS"  # the private address the other nodes reach it at
 _FIELDS = ("task_id", "provider", "provider_config", "secret", "role")
@@ -82,7 +85,7 @@ class BootConfig:
 
 def node_boot(environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str, str]:
     """On a node: its boot configuration (from ``FLOW_BOOT``, or the file ``FLOW_BOOT_FILE``
-    names), its instance id and its address."""
+    names) without the secret of ``FLOW_SECRET_FILE``, its instance id and its address."""
     file = environ.get(BOOT_FILE_ENV)
     if file:
         text = Path(file).read_text(encoding="utf-8")
@@ -96,12 +99,24 @@ def node_boot(environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str,
 
 def take_node_boot(environ: MutableMapping[str, str] = os.environ
                    ) -> tuple[BootConfig, str, str]:
-    """``node_boot``, then the secret's traces gone from this process: ``FLOW_BOOT`` and
-    ``FLOW_BOOT_FILE`` leave its environment (no worker, session or helper inherits them) and
-    the boot file is removed once read."""
-    found = node_boot(environ)
-    file = environ.pop(BOOT_FILE_ENV, None)
+    """``node_boot`` with the secret (``FLOW_SECRET_FILE``'s where it names one), then the
+    secret's traces gone from this process: ``FLOW_BOOT``, ``FLOW_BOOT_FILE`` and
+    ``FLOW_SECRET_FILE`` leave its environment (no worker, session or helper inherits them)
+    and the files are removed once read. Raises RecordError when no secret came."""
+    boot, instance_id, address = node_boot(environ)
+    secret_file = environ.get(SECRET_FILE_ENV)
+    if secret_file:
+        try:
+            boot = replace(boot, secret=Path(secret_file).read_bytes().decode("ascii").strip())
+        except UnicodeDecodeError:
+            raise RecordError(f"{SECRET_FILE_ENV}: the secret is not hex text; launch tasks "
+                              "through FlowApp") from None
+    for name in (BOOT_FILE_ENV, SECRET_FILE_ENV):
+        file = environ.pop(name, None)
+        if file:
+            Path(file).unlink(missing_ok=True)
     environ.pop(BOOT_ENV, None)
-    if file:
-        Path(file).unlink(missing_ok=True)
-    return found
+    if not boot.secret:
+        raise RecordError(f"the node's boot configuration carries no secret, and no "
+                          f"{SECRET_FILE_ENV} names one: node agents are started by a provider")
+    return boot, instance_id, address

@@ -14,8 +14,9 @@ import pytest
 from contract_helpers import Contract
 from flow_testing import processes_with_env, wait_until
 
-from flow_sdk import TaskStatus, wire
+from flow_sdk import TaskStatus, lifecycle, tasksecrets, wire
 from flow_sdk.wire import Outcome
+from flow_sdk.wire.signing import SignedStore
 from flow_sdk.providers.base import LogRecord
 from flow_sdk.spec import VolumeSpec
 
@@ -54,26 +55,35 @@ def test_launch_list_and_terminate(contract: Contract, flow_home: Path) -> None:
 @pytest.mark.slow
 def test_gc_reports_on_a_dry_run_and_reclaims_an_ended_task(contract: Contract,
                                                             flow_home: Path) -> None:
+    """``flow gc`` (``lifecycle.collect``) reclaims a task whose signed outcome says it ended;
+    an outcome without the task's MAC (a forgery) never makes it reclaim a running task."""
     task = contract.app("contract-gc").function(priority="high")(_sleeps).spawn()
     provider = task.provider
+    known = [task.task_id]  # its client record is here: not an orphan
     try:
         wait_until(lambda: any(n.phase == "running" for n in task.nodes()), 120,
                    "the node runs the function")
         provider.store.put_if_absent(wire.outcome_key(task.task_id), wire.to_json(
-            Outcome("FAILED", "written by the test", time.time())))  # ended, not torn down
+            Outcome("FAILED", "forged", time.time())))  # no MAC
+        forged = lifecycle.collect(provider, known)
+        assert forged.reasons == {} and forged.live_tasks == [task.task_id]
+        assert [i.state for i in provider.list_instances(task.task_id)] == ["running"]
+        store = SignedStore(provider.store, tasksecrets.load_task_secret(task.task_id))
+        assert lifecycle.record_outcome(store, task.task_id, Outcome(
+            "FAILED", "written by the test", time.time()))  # ended, not torn down
 
-        dry = provider.gc(dry_run=True)
+        dry = lifecycle.collect(provider, known, dry_run=True)
         assert dry.dry_run and dry.reasons == {task.task_id: "task ended FAILED"}
         assert dry.live_tasks == []
         assert [i.state for i in provider.list_instances(task.task_id)] == ["running"]
 
-        done = provider.gc()
+        done = lifecycle.collect(provider, known)
         assert done.reasons == {task.task_id: "task ended FAILED"}
         assert done.stopped_processes or done.terminated_instances
         assert [i.state for i in provider.list_instances(task.task_id)] == ["terminated"]
         wait_until(lambda: processes_with_env("FLOW_HOME", str(flow_home)) == [], 15,
                    "every node process stopped")
-        assert provider.gc().reasons == {}  # nothing left to reclaim
+        assert lifecycle.collect(provider, known).reasons == {}  # nothing left to reclaim
     finally:
         provider.terminate(task.task_id)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import agent_pid, wait_until
+from flow_testing import agent_pid, process_traces, wait_until
 from flow_sdk import FlowApp, payload, tasksecrets, wire
 from flow_sdk.procs import pids_with_env
 from flow_sdk.wire import signing
@@ -187,18 +187,6 @@ def holds_still() -> str:
     return "done"
 
 
-def _traces(pid: int) -> str:
-    """What another process could read of ``pid``: environment, command line, open files."""
-    proc = Path(f"/proc/{pid}")
-    try:
-        seen = [(proc / "environ").read_bytes().decode(errors="replace"),
-                (proc / "cmdline").read_bytes().decode(errors="replace")]
-        seen += [os.readlink(fd) for fd in (proc / "fd").iterdir()]
-    except (FileNotFoundError, ProcessLookupError):
-        return ""
-    return "\n".join(seen)
-
-
 def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone() -> None:
     """No worker, keeper, sshd or SSH helper of a live local node carries the task's secret,
     the boot file's name or an open boot file; the agent removed the file once read."""
@@ -215,7 +203,7 @@ def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone() -> None:
                   if pid not in agents]
         assert len(others) >= 4, others  # two workers and two keepers at least
         for pid in others:
-            seen = _traces(pid)
+            seen = process_traces(pid)
             assert secret not in seen and wire.BOOT_FILE_ENV not in seen, pid
             assert "boot.json" not in seen, pid
         assert not [r for r in records if (Path(r["workdir"]) / "boot.json").exists()]

@@ -6,8 +6,9 @@ Whatever ends a launch without a gang (every offer failed, an error, Ctrl-C, SIG
 rolls it back before it propagates: the instances it started, by the ids EC2 returned, by the
 ClientToken of a request whose answer was lost and by the task tag (``LaunchLedger``); what the
 node runtime runs for them; then the task's security groups, key pairs and placement groups in
-every region it tried, and its node role. Signals wait until that is done (``_interrupts``). The launch lease
-(``_lease``) tells ``flow gc`` about a client killed mid-launch, which cannot roll back.
+every region it tried, its secret parameter and its node role. Signals wait until that is
+done (``_interrupts``). The launch lease (``_lease``) tells ``flow gc`` about a client killed
+mid-launch, which cannot roll back.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
     nodes.task_efa[task_id] = efa
     attempts: list[Attempt] = []
     code = nodes.ship_code()  # the caller's SDK wheel, in the store before any node
-    profile, fresh = nodes.task_profile(task_id, spec, code)  # the task's own role
+    profile, fresh = nodes.task_access_for(task_id, spec, code, request.boot.secret)  # SSM
     ssh_cidr = caller_cidr(cfg)
     block_names = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
     boots: dict[int, NodeBoot] = {}  # by attempt number: what the chosen attempt's nodes boot
@@ -179,10 +180,11 @@ def _roll_back(nodes: AwsNodes, task_id: str, contexts: Mapping[str, RegionConte
     message when that itself failed, and the signals that arrived meanwhile."""
     with _interrupts.held() as arrived:
         note = _abort(nodes, task_id, contexts, ledger)
-        try:  # the task's node role and its grants go too
-            nodes.delete_task_role(task_id)
+        try:  # the task's secret parameter and node role (with its grants) go too
+            nodes.delete_task_access(task_id)
         except ProviderError as exc:
-            note += f" (The task's node role was not deleted: {exc}; run `flow gc`.)"
+            note += (f" (The task's secret parameter or node role was not deleted: {exc}; "
+                     "run `flow gc`.)")
         try:
             if lease is not None:
                 lease.end("rolled-back")

@@ -11,6 +11,8 @@ tagged with the task id), whose one inline policy allows:
   and the SDK wheel ``code/<sha256>.whl``. With a known bucket owner every S3 statement also
   requires ``s3:ResourceAccount`` to be that account;
 * its own CloudWatch log group (``<log_group_prefix><task id>``) and its streams;
+* reading its own secret, the SSM SecureString ``/flow-sdk/<store digest>/<task id>``
+  (``_tasksecret``);
 * describing instances, subnets, VPCs, zone offerings and EFS file systems (IAM has no
   narrower form for these Describe calls);
 * read-only its S3 mounts (a ListBucket per bucket, limited to the mounted prefixes, and
@@ -113,6 +115,11 @@ def role_name(store_tag: str, task_id: str) -> str:
     return ROLE_NAME_PREFIX + digest
 
 
+def secret_parameter(store_tag: str, task_id: str) -> str:
+    """The name of the SSM parameter that holds the task's secret (``_tasksecret``)."""
+    return role_path(store_tag) + task_id
+
+
 def mount_statements(mounts: Sequence[str]) -> list[dict[str, Any]]:
     """Read-only access for the task's S3 mounts (``s3://bucket/prefix``): per bucket one
     ``s3:ListBucket`` limited to the mounted prefixes, and one ``s3:GetObject`` on the mounted
@@ -187,6 +194,9 @@ def task_policy(access: TaskAccess, role_arn: str, pins: LaunchPins | None = Non
                     "logs:PutRetentionPolicy", "logs:TagResource", "logs:DescribeLogStreams",
                     "logs:GetLogEvents"],
          "Resource": [group, f"{group}:*"]},
+        {"Sid": "ReadTaskSecret", "Effect": "Allow", "Action": "ssm:GetParameter",
+         "Resource": f"arn:aws:ssm:{access.region}:*:parameter"
+                     f"{secret_parameter(access.store_tag, access.task_id)}"},
         # Describe* calls take no resource-level permissions: "*" is the only form IAM allows.
         {"Sid": "Discover", "Effect": "Allow",
          "Action": ["ec2:DescribeInstances", "ec2:DescribeSubnets", "ec2:DescribeVpcs",

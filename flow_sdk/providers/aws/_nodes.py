@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -29,6 +29,7 @@ from flow_sdk.providers.aws._iam import (
     delete_task_role,
     put_task_policy,
     role_name,
+    secret_parameter,
 )
 from flow_sdk.providers.aws._launch import AttemptPlan, GangLauncher
 from flow_sdk.providers.aws._resources import (
@@ -38,6 +39,7 @@ from flow_sdk.providers.aws._resources import (
     tag_value,
 )
 from flow_sdk.providers.aws._runtime import NodeBoot, NodeRuntime
+from flow_sdk.providers.aws._tasksecret import delete_task_secret, put_task_secret
 from flow_sdk.providers.aws._volumes import AwsVolumes
 from flow_sdk.providers.base import Instance, InstanceState, ObjectStore
 from flow_sdk.spec import TaskSpec
@@ -87,10 +89,14 @@ class AwsNodes:
                 v.name for v in spec.volumes.values() if v.interface == "block")),
             pool=spec.pool is not None)
 
-    def task_profile(self, task_id: str, spec: TaskSpec, code: CodeRef) -> tuple[str, bool]:
-        """The instance profile the task's nodes run with, and whether it is new (EC2 may
-        refuse a new one for some seconds): provider_config ``instance_profile``, else the
-        task's own, created here (``_iam``)."""
+    def task_access_for(self, task_id: str, spec: TaskSpec, code: CodeRef, secret: str
+                        ) -> tuple[str, bool]:
+        """Store the task's secret where only its nodes read it (``_tasksecret``); then the
+        instance profile the task's nodes run with, and whether it is new (EC2 may refuse a
+        new one for some seconds): provider_config ``instance_profile``, else the task's
+        own, created here (``_iam``). ``delete_task_access`` undoes both."""
+        put_task_secret(self.clients.get("ssm", self.cfg.region), self.store_tag, task_id,
+                        secret)
         if self.cfg.instance_profile is not None:
             return self.cfg.instance_profile, False
         access = self.task_access(task_id, spec, code)
@@ -111,13 +117,15 @@ class AwsNodes:
             image_id=plan.ami_id, security_group=plan.security_group,
             placement_group=plan.placement_group, key_name=plan.key_name))
 
-    def delete_task_role(self, task_id: str) -> list[str]:
-        """Delete the task's role, instance profile and policy (none with provider_config
-        ``instance_profile``); returns what was deleted."""
+    def delete_task_access(self, task_id: str) -> list[str]:
+        """Delete the task's secret parameter, then its role, instance profile and policy
+        (none with provider_config ``instance_profile``); returns what was deleted."""
         self._roles.pop(task_id, None)
+        deleted = delete_task_secret(self.clients.get("ssm", self.cfg.region), self.store_tag,
+                                     task_id)
         if self.cfg.instance_profile is not None:
-            return []
-        return delete_task_role(self.iam, self.store_tag, task_id)
+            return deleted
+        return deleted + delete_task_role(self.iam, self.store_tag, task_id)
 
     def ship_code(self) -> CodeRef:
         """The SDK wheel the nodes install: on a node, the one its gang was launched with;
@@ -159,8 +167,10 @@ class AwsNodes:
             log_group=cfg.log_group_prefix + task_id,
             log_retention_days=cfg.log_retention_days,
             boot_timeout_s=math.ceil(spec.boot_timeout_s), bucket_owner=bucket_owner)
-        inputs = _userdata.BootstrapInputs(
-            boot.with_provider_config(node_config), fetch, spec.image, spec.gpu is not None,
+        inputs = _userdata.BootstrapInputs(  # the secret stays out: the nodes read it
+            replace(boot.with_provider_config(node_config), secret=""), fetch,  # from SSM
+            secret_parameter(f"s3://{bucket}/{cfg.prefix}", task_id),  # the store's tag
+            spec.image, spec.gpu is not None,
             _userdata.interconnect_of(spec.internode_interconnect),
             _userdata.mount_paths(spec.volumes, spec.mounts), max_run_time_hours, volume_mounts)
         return NodeBoot(task_id, region, attempt, spec, inputs, _userdata.render(inputs))

@@ -1,7 +1,7 @@
 """Stopping a task's nodes: its instances terminated in every region it used, what the node
 runtime runs for them stopped, and its per-task resources deleted (or deferred while the
 instances shut down: ``gc`` removes those later), its node role and instance profile (with
-its S3 mount grants) last."""
+its S3 mount grants) and its secret parameter last."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def terminate_task(nodes: AwsNodes, task_id: str) -> Cleanup:
             done = delete_resources(ec2, region, found)
             result.deleted.extend(done.deleted)
             result.deferred.extend(done.deferred)
-        result.deleted.extend(nodes.delete_task_role(task_id))
+        result.deleted.extend(nodes.delete_task_access(task_id))
     except (ClientError, BotoCoreError) as exc:
         code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
         message = error_message(exc) if isinstance(exc, ClientError) else str(exc)

@@ -43,8 +43,9 @@ class NodeCode:
 class BootstrapInputs:
     """What the bootstrap needs to know about a task's nodes."""
 
-    boot: BootConfig  # what the agent starts with: its encoding becomes FLOW_BOOT as is
+    boot: BootConfig  # what the agent starts with, its secret empty: FLOW_BOOT as is
     code: NodeCode
+    secret_parameter: str  # the SSM parameter that holds the secret (``_tasksecret``)
     image: str | None  # run the agent inside this container image
     gpus: bool  # pass the GPUs into the container
     interconnect: str  # "ethernet" or "efa"
@@ -58,12 +59,18 @@ def template() -> str:
 
 
 def render(inputs: BootstrapInputs) -> str:
-    """The user-data script; raises ProviderError when it would exceed EC2's limit."""
+    """The user-data script; raises ProviderError when it would exceed EC2's limit, or when
+    the boot carries a secret (anyone allowed ec2:DescribeInstanceAttribute reads
+    user-data: the nodes read the secret from ``secret_parameter``)."""
+    if inputs.boot.secret:
+        raise ProviderError("the node bootstrap would carry the task's secret in user-data; "
+                            "the nodes read it from its SSM parameter")
     shutdown = 0
     if inputs.max_run_time_hours is not None:
         shutdown = math.ceil(inputs.max_run_time_hours * 60) + SHUTDOWN_GRACE_MINUTES
     values = {
         "BOOT_JSON": shlex.quote(inputs.boot.encode()),
+        "SECRET_PARAMETER": shlex.quote(inputs.secret_parameter),
         "CODE_URL": shlex.quote(inputs.code.url),
         "BUCKET_OWNER": ("" if inputs.code.bucket_owner is None else
                          "--expected-bucket-owner " + shlex.quote(inputs.code.bucket_owner)),

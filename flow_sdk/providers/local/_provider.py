@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 from flow_sdk import procs, wire
 from flow_sdk._config import flow_home
 from flow_sdk.errors import FieldProblem, ProviderError
-from flow_sdk.wire import Outcome
 from flow_sdk.providers.base import (
     GcReport,
     Instance,
@@ -292,9 +291,8 @@ class LocalProvider(Provider):
 
     def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
            ) -> GcReport:
-        """Stop what is left of tasks that ended (an outcome is written, every agent exited,
-        or ``ended`` names them: ``flow_sdk.lifecycle`` judged them ended). Live tasks are
-        kept."""
+        """Stop what is left of tasks that ended (every agent exited, or ``ended`` names
+        them: ``flow_sdk.lifecycle`` judged them ended). Live tasks are kept."""
         report = GcReport(self.name, dry_run)
         ended = ended or {}
         folder = self.root / "instances"
@@ -315,11 +313,9 @@ class LocalProvider(Provider):
         return report
 
     def _ended_why(self, task_id: str, records: list[dict[str, Any]]) -> str | None:
-        """Why the task's leftovers may go (an outcome is written, or no agent runs), or None
-        while it lives."""
-        outcome = self._store.get(wire.outcome_key(task_id))
-        if outcome is not None:
-            return f"task ended {Outcome.from_json(outcome).status}"
+        """Why the task's leftovers may go (no agent runs), or None while it lives. The
+        outcome is not read here: the store's objects are not signed for a provider, so
+        ``flow_sdk.lifecycle`` judges it and names the ended tasks (``ended``)."""
         if not any(_node.agent_alive(r) for r in records):
             return "every node agent has exited"
         return None

@@ -467,7 +467,7 @@ def launch(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *, record: 
         provider.store.put(wire.task_key(task_id), wire.to_json(TaskRecord(
             task_id, task_spec.model_dump(mode="json"), "0" * 64,
             time.time() if created_at is None else created_at, 29400, 29500)))
-    boot = BootConfig(task_id, "aws", provider.config())
+    boot = BootConfig(task_id, "aws", provider.config(), secret="0" * 64)
     return provider.launch(LaunchRequest(task_id, task_spec, boot))
 
 

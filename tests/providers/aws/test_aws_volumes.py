@@ -164,7 +164,7 @@ def test_replacement_node_mounts_the_gangs_file_volume_in_its_zone(aws: AwsWorld
     ids = launch_ids(provider, "vol-rep-1", task_spec)
     gang_zone = instance(aws, ids[0])["Placement"]["AvailabilityZone"]
     node = aws.provider(**node_config_of(provider, ids[0], "us-east-1"))
-    boot = BootConfig("vol-rep-1", "aws", node.config())
+    boot = BootConfig("vol-rep-1", "aws", node.config(), secret="0" * 64)
     [added] = node.add_instances(LaunchRequest("vol-rep-1", task_spec, boot), 1)
     fs_id = aws.client("efs").describe_file_systems(CreationToken="ckpt")["FileSystems"][0][
         "FileSystemId"]
@@ -181,7 +181,7 @@ def test_block_volume_task_is_not_replaced(aws: AwsWorld) -> None:
                                            "interface": "block"}})
     [node_id] = launch_ids(provider, "vol-rep-2", task_spec)
     node = aws.provider(**node_config_of(provider, node_id, "us-east-1"))
-    boot = BootConfig("vol-rep-2", "aws", node.config())
+    boot = BootConfig("vol-rep-2", "aws", node.config(), secret="0" * 64)
     with pytest.raises(ProviderError, match="block volume"):
         node.add_instances(LaunchRequest("vol-rep-2", task_spec, boot), 1)
     provider.terminate("vol-rep-2")

@@ -24,6 +24,7 @@ from flow_sdk.procs import pids_with_env, stop_pids
 def _script(**code: str) -> str:
     return _userdata.render(_userdata.BootstrapInputs(
         boot=BootConfig("t-1", "aws", {}), code=dataclasses.replace(NODE_CODE, **code),
+        secret_parameter="/flow-sdk/0123456789abcdef/t-1",
         image=None, gpus=False, interconnect="ethernet", mount_paths=(),
         max_run_time_hours=None))
 

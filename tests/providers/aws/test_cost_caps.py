@@ -29,7 +29,8 @@ from flow_sdk.spec import TaskSpec
 
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec) -> LaunchRequest:
-    return LaunchRequest(task_id, task_spec, BootConfig(task_id, "aws", world.config()))
+    boot = BootConfig(task_id, "aws", world.config(), secret="0" * 64)
+    return LaunchRequest(task_id, task_spec, boot)
 
 
 def sent_markets(recorder: Recorder) -> list[str]:
@@ -153,7 +154,8 @@ def test_med_does_not_fall_back_to_on_demand_above_the_cap(
 
 def _render(max_run_time_hours: float | None) -> str:
     return _userdata.render(_userdata.BootstrapInputs(
-        boot=BootConfig("t-1", "aws", {}), code=NODE_CODE, image=None, gpus=False,
+        boot=BootConfig("t-1", "aws", {}), code=NODE_CODE,
+        secret_parameter="/flow-sdk/0123456789abcdef/t-1", image=None, gpus=False,
         interconnect="ethernet", mount_paths=(), max_run_time_hours=max_run_time_hours))
 
 

@@ -102,10 +102,15 @@ def test_terminate_is_idempotent_and_removes_every_task_resource(aws: AwsWorld) 
 
 
 def test_gc_reclaims_ended_orphaned_and_overdue_tasks_only(aws: AwsWorld) -> None:
+    """``flow_sdk.lifecycle`` names the tasks whose signed outcome says they ended; the
+    provider never reads an outcome itself, so an unsigned one (a forgery) on a live task
+    reclaims nothing."""
     provider = aws.provider()
     ended = launch_ids(provider, "gc-ended", spec(num_instances=2, priority="high"))
-    end(provider, "gc-ended")
     live = launch_ids(provider, "gc-live", spec(num_instances=1, priority="high"))
+    end(provider, "gc-live")  # a forgery: nobody signed it
+    gone = launch_ids(provider, "gc-gone", spec(num_instances=1, priority="high"))
+    aws.client("ec2").terminate_instances(InstanceIds=gone)  # its nodes went; it left a group
     orphan = launch_ids(provider, "gc-orphan", spec(num_instances=1, priority="high"),
                    record=False)
     overdue = launch_ids(provider, "gc-overdue",
@@ -118,14 +123,17 @@ def test_gc_reclaims_ended_orphaned_and_overdue_tasks_only(aws: AwsWorld) -> Non
             "ResourceType": "security-group",
             "Tags": tags("gc-other", "s3://someone-else/flow/")}])["GroupId"]
 
-    dry = provider.gc(dry_run=True)
+    judged = {"gc-ended": "task ended SUCCEEDED"}  # what lifecycle passes, having checked
+    dry = provider.gc(dry_run=True, ended=judged)
     assert sorted(dry.terminated_instances) == sorted(
         f"us-east-1 instance {i}" for i in ended + orphan + overdue)
     assert len(aws.non_terminated()) == 5  # dry run: nothing changed
 
-    report = provider.gc()
+    report = provider.gc(ended=judged)
     assert sorted(report.terminated_instances) == sorted(dry.terminated_instances)
     assert report.reasons == {"gc-ended": "task ended SUCCEEDED",
+                              "gc-gone": "its gang launched and no instance of it is up any "
+                                         "more",
                               "gc-orphan": "no task record in the store",
                               "gc-overdue": "task is past its max_run_time_hours and wrote no "
                                             "outcome"}
@@ -133,10 +141,13 @@ def test_gc_reclaims_ended_orphaned_and_overdue_tasks_only(aws: AwsWorld) -> Non
     assert sorted(aws.non_terminated()) == sorted(live)
     groups = {g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]}
     assert "flow-gc-live" in groups and "flow-other" in groups
-    assert not {"flow-gc-ended", "flow-gc-orphan", "flow-gc-overdue"} & groups
+    assert not {"flow-gc-ended", "flow-gc-gone", "flow-gc-orphan", "flow-gc-overdue"} & groups
     keys = {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]}
     assert keys == {"flow-gc-live"}
     assert "reclaimed: 4 instance(s)" in str(report)
+    secrets_left = [p["Name"] for p in aws.client("ssm").describe_parameters()["Parameters"]
+                    if p["Name"].startswith("/flow-sdk/")]
+    assert [name.rsplit("/", 1)[1] for name in secrets_left] == ["gc-live"]
     assert provider.gc().terminated_instances == []  # nothing left to do
     ec2.delete_security_group(GroupId=foreign)
     provider.terminate("gc-live")

@@ -16,7 +16,7 @@ from flow_sdk.spec import TaskSpec
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec) -> LaunchRequest:
     return LaunchRequest(task_id, task_spec,
-                         BootConfig(task_id, "aws", world.config()))
+                         BootConfig(task_id, "aws", world.config(), secret="0" * 64))
 
 
 def zones(world: AwsWorld, region: str, instance_type: str) -> list[str]:

@@ -39,6 +39,7 @@ from flow_sdk.providers.aws._iam import (
     TaskAccess,
     check_policy_size,
     role_name,
+    secret_parameter,
     task_policy,
 )
 from flow_sdk.providers.aws._launch import GangLauncher
@@ -87,7 +88,7 @@ def two_tasks(aws: AwsWorld, recorder: Recorder) -> dict[str, Any]:
     nodes = {task: launch_with_record(provider, task, task_spec, DIGEST[task])
              for task in (A, B)}
     node = aws.provider(recorder, **node_config_of(provider, nodes[A][0], "us-east-1"))
-    boot = BootConfig(A, "aws", node.config())
+    boot = BootConfig(A, "aws", node.config(), secret="0" * 64)
     node.add_instances(LaunchRequest(A, task_spec, boot), 1)
     [replacement] = recorder.run_instances
     return {"provider": provider, "nodes": nodes, "replacement": replacement,
@@ -171,6 +172,21 @@ def test_a_node_of_task_a_writes_its_own_log_group_only(two_tasks: dict[str, Any
     assert not allowed(policy, "logs:DeleteLogGroup", f"{logs}/flow/{A}")
 
 
+def test_a_node_of_task_a_reads_its_own_secret_only(two_tasks: dict[str, Any]) -> None:
+    """The secret is not in user-data: each task's role reads its own SSM parameter, and
+    nothing else of SSM."""
+    store_tag = two_tasks["provider"].store_tag
+    ssm = f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter"
+    own, other = (ssm + secret_parameter(store_tag, t) for t in (A, B))
+    assert allowed(two_tasks["policy"][A], "ssm:GetParameter", own)
+    assert not allowed(two_tasks["policy"][A], "ssm:GetParameter", other)
+    assert allowed(two_tasks["policy"][B], "ssm:GetParameter", other)
+    for action in ("ssm:PutParameter", "ssm:DeleteParameter", "ssm:GetParametersByPath"):
+        assert not allowed(two_tasks["policy"][A], action, own)
+    elsewhere = f"arn:aws:ssm:us-west-2:{ACCOUNT}:parameter{secret_parameter(store_tag, A)}"
+    assert not allowed(two_tasks["policy"][A], "ssm:GetParameter", elsewhere)
+
+
 def test_a_node_of_task_a_terminates_its_own_nodes_and_not_task_bs(
         aws: AwsWorld, two_tasks: dict[str, Any]) -> None:
     policy = two_tasks["policy"][A]
@@ -246,7 +262,7 @@ def test_the_policy_grants_only_what_nodes_call(two_tasks: dict[str, Any]) -> No
         "logs:GetLogEvents", "ec2:DescribeInstances", "ec2:DescribeSubnets",
         "ec2:DescribeVpcs", "ec2:DescribeInstanceTypeOfferings",
         "elasticfilesystem:DescribeFileSystems", "ec2:RunInstances", "ec2:CreateTags",
-        "ec2:TerminateInstances", "iam:PassRole"])
+        "ec2:TerminateInstances", "iam:PassRole", "ssm:GetParameter"])
     for statement in statements:  # "*" only where IAM allows nothing narrower
         resources = statement["Resource"]
         if "*" in ([resources] if isinstance(resources, str) else resources):
@@ -302,16 +318,15 @@ def test_gc_removes_the_roles_and_mount_grants_of_ended_tasks_only(aws: AwsWorld
     mounts = {"/data": "s3://datasets/imagenet"}
     for task in ("gc-ended", "gc-live"):
         launch_ids(provider, task, spec(num_instances=1, priority="high", mounts=mounts))
-    provider.store.put_if_absent(wire.outcome_key("gc-ended"), wire.to_json(
-        Outcome("SUCCEEDED", "done", time.time())))
+    judged = {"gc-ended": "task ended SUCCEEDED"}  # what lifecycle passes, having checked
     ended, live = (role_name(provider.store_tag, t) for t in ("gc-ended", "gc-live"))
     iam = aws.client("iam")
 
-    dry = provider.gc(dry_run=True)
+    dry = provider.gc(dry_run=True, ended=judged)
     assert f"IAM role {ended} (task gc-ended)" in dry.deleted
     assert {r["RoleName"] for r in iam.list_roles()["Roles"]} == {ended, live}
 
-    report = provider.gc()
+    report = provider.gc(ended=judged)
     assert {f"IAM role {ended}", f"IAM instance profile {ended}"} <= set(report.deleted)
     assert "gc-live" in report.live_tasks and "gc-ended" in report.reasons
     assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == [live]
@@ -335,6 +350,8 @@ def test_a_failed_launch_leaves_no_role(aws: AwsWorld, ec2_faults: Ec2Faults) ->
     iam = aws.client("iam")
     assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()[
         "InstanceProfiles"] == []
+    assert not [p for p in aws.client("ssm").describe_parameters()["Parameters"]
+                if p["Name"].startswith("/flow-sdk/")]  # nor its secret
 
 
 def test_an_interrupted_launch_leaves_no_role(aws: AwsWorld,
@@ -414,9 +431,7 @@ def test_a_user_named_instance_profile_is_used_as_is(aws: AwsWorld, recorder: Re
     [sent] = recorder.run_instances
     assert sent["IamInstanceProfile"] == {"Name": "my-profile"}
     assert not any(call.startswith("iam.") for call in recorder.calls)
-    provider.store.put_if_absent(wire.outcome_key("own-1"), wire.to_json(
-        Outcome("SUCCEEDED", "done", time.time())))
-    provider.gc()
+    provider.gc(ended={"own-1": "task ended SUCCEEDED"})
     provider.terminate("own-1")
     assert not any(call.startswith("iam.") for call in recorder.calls)  # the user's to scope
     assert [p["InstanceProfileName"] for p in iam.list_instance_profiles()[

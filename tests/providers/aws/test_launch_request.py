@@ -42,7 +42,7 @@ from flow_sdk.spec import TaskSpec
 
 def request_for(world: AwsWorld, task_id: str, task_spec: TaskSpec, **config: Any
                 ) -> LaunchRequest:
-    boot = BootConfig(task_id, "aws", world.config(**config))
+    boot = BootConfig(task_id, "aws", world.config(**config), secret="0" * 64)
     return LaunchRequest(task_id, task_spec, boot)
 
 
@@ -129,8 +129,9 @@ def test_spot_without_a_cap_leaves_max_price_to_aws() -> None:
 def _render(**overrides: Any) -> str:
     inputs: dict[str, Any] = {
         "boot": BootConfig("t-1", "aws", {"region": "us-east-1"}),
-        "code": NODE_CODE, "image": None, "gpus": False,
-        "interconnect": "ethernet", "mount_paths": (), "max_run_time_hours": None}
+        "code": NODE_CODE, "secret_parameter": "/flow-sdk/0123456789abcdef/t-1",
+        "image": None, "gpus": False, "interconnect": "ethernet", "mount_paths": (),
+        "max_run_time_hours": None}
     inputs.update(overrides)
     script: str = _userdata.render(_userdata.BootstrapInputs(**inputs))
     return script
@@ -185,11 +186,19 @@ def test_oversized_user_data_is_refused_with_the_fix() -> None:
 def test_boot_config_round_trips_through_the_user_data_as_one_shell_word() -> None:
     node_config = {"region": "us-east-1", "bucket": "b", "prefix": "it's $HOME `id` \\ \"q\"",
                    "launch": {"task_id": "t-1", "region": "us-east-1", "attempt": 2}}
-    boot = BootConfig("t-1", "aws", {"region": "us-east-1"}, secret="0123456789abcdef" * 4
-                      ).with_provider_config(node_config)
+    boot = BootConfig("t-1", "aws", {"region": "us-east-1"}).with_provider_config(node_config)
     script = _render(boot=boot)
     assert boot_of(script) == boot
-    assert script.count(boot.secret) == 1  # carried once, as the encoded configuration
+
+
+def test_user_data_never_carries_the_secret() -> None:
+    """Anyone allowed ec2:DescribeInstanceAttribute reads user-data: a boot with a secret is
+    refused, and the script names the SSM parameter the nodes read it from instead."""
+    with pytest.raises(ProviderError, match="secret in user-data"):
+        _render(boot=BootConfig("t-1", "aws", {}, secret="0123456789abcdef" * 4))
+    script = _render()
+    assert "FLOW_SECRET_PARAMETER=/flow-sdk/0123456789abcdef/t-1\n" in script
+    assert "aws ssm get-parameter" in script
 
 
 def test_template_is_package_data() -> None:

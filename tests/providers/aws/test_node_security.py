@@ -124,7 +124,7 @@ def test_user_data_over_the_ec2_limit_is_found_by_check(aws: AwsWorld) -> None:
     assert {p.field for p in problems} == {"provider_config"}  # the node policy outgrows IAM's too
     assert "16384-byte user-data limit" in problems[0].message
     assert aws.provider().check(spec(priority="high")) == []
-    boot = BootConfig("big-1", "aws", provider.config())
+    boot = BootConfig("big-1", "aws", provider.config(), secret="0" * 64)
     # a launch not checked first is refused too: the prefix outgrows the task's node policy
     # (made before the user-data), and nothing is left
     with pytest.raises(ProviderError, match="shorten provider_config prefix"):

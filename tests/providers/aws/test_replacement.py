@@ -35,7 +35,7 @@ def node_provider(world: AwsWorld, client: AwsProvider, instance_id: str,
 def replace(node: AwsProvider, task_id: str, task_spec: TaskSpec, count: int = 1
             ) -> list[Instance]:
     """What the deciding agent calls: add_instances with its own boot config."""
-    boot = BootConfig(task_id, "aws", node.config())
+    boot = BootConfig(task_id, "aws", node.config(), secret="0" * 64)
     return node.add_instances(LaunchRequest(task_id, task_spec, boot), count)
 
 
@@ -180,7 +180,7 @@ def test_terminate_instances_stops_only_the_named_nodes_of_the_task(aws: AwsWorl
 def test_add_instances_refuses_a_task_with_nothing_to_copy(aws: AwsWorld) -> None:
     task_spec = spec(priority="high")
     provider = aws.provider()
-    boot = BootConfig("none-1", "aws", provider.config())
+    boot = BootConfig("none-1", "aws", provider.config(), secret="0" * 64)
     with pytest.raises(ProviderError, match="no running node to copy"):
         provider.add_instances(LaunchRequest("none-1", task_spec, boot), 1)
     with pytest.raises(ProviderError, match="at least 1"):

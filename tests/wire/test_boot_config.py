@@ -4,13 +4,14 @@ decoded once, carried as it is."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from flow_sdk import wire
 from flow_sdk.errors import RecordError
-from flow_sdk.wire import BootConfig, node_boot
+from flow_sdk.wire import BootConfig, node_boot, take_node_boot
 
 BOOT = BootConfig("t-1", "aws", {"region": "us-east-1", "launch": {"attempt": 2}},
                   secret="0123456789abcdef" * 4)
@@ -61,6 +62,27 @@ def test_a_node_reads_its_boot_from_the_file_before_the_environment(tmp_path: Pa
     assert node_boot(environ) == (BOOT, "i-1", "10.0.0.1")
     del environ[wire.BOOT_FILE_ENV]
     assert node_boot(environ)[0] == BootConfig.decode(other)
+
+
+def test_the_agent_takes_the_secret_from_its_file_and_leaves_no_trace(tmp_path: Path) -> None:
+    """EC2: ``FLOW_BOOT`` (user-data) has no secret; the agent reads it from the 0600 file
+    the bootstrap fetched, then both the file and the variables are gone."""
+    secret_file = tmp_path / ".task-secret"
+    secret_file.write_text(BOOT.secret + "\n", encoding="ascii")
+    environ = {wire.BOOT_ENV: replace(BOOT, secret="").encode(),
+               wire.SECRET_FILE_ENV: str(secret_file),
+               wire.INSTANCE_ENV: "i-1", wire.ADDRESS_ENV: "10.0.0.1"}
+    assert node_boot(environ)[0].secret == ""  # what the boot-log shipper reads
+    assert take_node_boot(environ) == (BOOT, "i-1", "10.0.0.1")
+    assert not secret_file.exists()
+    assert sorted(environ) == sorted([wire.INSTANCE_ENV, wire.ADDRESS_ENV])
+    environ[wire.BOOT_ENV] = replace(BOOT, secret="").encode()
+    with pytest.raises(RecordError, match="carries no secret"):  # the file is gone
+        take_node_boot(environ)
+    secret_file.write_bytes(b"\xe9" * 64)
+    environ.update({wire.BOOT_ENV: BOOT.encode(), wire.SECRET_FILE_ENV: str(secret_file)})
+    with pytest.raises(RecordError, match="not hex text"):
+        take_node_boot(environ)
 
 
 def test_a_node_without_a_boot_is_told_where_it_comes_from() -> None:

@@ -38,28 +38,25 @@ ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded
 
 def record_outcome(store: SignedStore, task_id: str, outcome: Outcome) -> bool:
     """Write the task's outcome, signed, unless a valid one is there: whether this call
-    wrote it. A slot that holds a forgery is passed over (``wire.outcome_key``)."""
-    for slot in range(wire.OUTCOME_SLOTS):
-        key = wire.outcome_key(task_id, slot)
-        if store.put_record_if_absent(key, outcome):
-            return True
+    wrote it. A slot that holds a forgery is passed over (``wire.outcome_key``): the slots
+    have no end, so forgeries can slow the writer down but never keep it out."""
+    slot = 0
+    while not store.put_record_if_absent(key := wire.outcome_key(task_id, slot), outcome):
         if _valid_outcome(store, key) is not None:
             return False
-    raise SignatureError(wire.outcome_key(task_id), f"every one of the {wire.OUTCOME_SLOTS} "
-                         "outcome slots holds a forged record")
+        slot += 1
+    return True
 
 
 def outcome_of(store: SignedStore, task_id: str) -> Outcome | None:
     """The task's outcome: the first valid record over its slots (forged ones are passed
-    over), or None while no one reported one."""
-    for slot in range(wire.OUTCOME_SLOTS):
-        key = wire.outcome_key(task_id, slot)
-        raw = store.raw.get(key)
-        if raw is None:
-            return None
+    over), or None while no one reported one (the first empty slot ends the search)."""
+    slot = 0
+    while (raw := store.raw.get(key := wire.outcome_key(task_id, slot))) is not None:
         outcome = _valid_outcome(store, key, raw)
         if outcome is not None:
             return outcome
+        slot += 1
     return None
 
 

@@ -24,12 +24,10 @@ def task_key(task_id: str) -> str:
 
 def outcome_key(task_id: str, slot: int = 0) -> str:
     """The task's outcome in ``slot``: the first valid record over the slots, in order, is
-    the outcome (a forged record in one moves the writers on, never blocks them)."""
+    the outcome. A forged record in one moves the writers on to the next, never blocks them:
+    the slots have no end, and readers stop at the first empty one."""
     return f"tasks/{task_id}/outcome.json" if slot == 0 else \
         f"tasks/{task_id}/outcome.{slot}.json"
-
-
-OUTCOME_SLOTS = 8
 
 
 def restart_key(task_id: str, generation: int) -> str:
@@ -43,7 +41,7 @@ def restarts_prefix(task_id: str) -> str:
 
 def decider_key(task_id: str, generation: int, slot: int = 0) -> str:
     """Claimed (put_if_absent, a signed record) by the one node that decides how a failed
-    generation ends: the first slot that holds no forged claim."""
+    generation ends: the first slot that holds no forged claim (the slots have no end)."""
     return f"tasks/{task_id}/decider/{generation:06d}/{slot:02d}"
 
 

@@ -27,7 +27,6 @@ DECIDE_WINDOW_S = 1.5  # how long the decider collects other nodes' reports
 SILENT_AFTER_S = 6.0
 WAITING_BEAT_S = 0.25  # how often a node heartbeats while it waits for the decision
 DECISION_WAIT_S = 30.0  # how long other nodes wait for the decider
-DECIDER_SLOTS = 8  # claim slots per generation: a forged claim in one moves the nodes on
 
 
 def conclude(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: NodeStore,
@@ -39,25 +38,19 @@ def conclude(node: NodeContext, gen: int, spec: TaskSpec, m: Membership, store: 
             store.report_failure(report)
         except StoreLost:
             node.log("the store is gone; deciding on what this node saw")
-    decides = claim_decider(node, gen)
-    if decides is None:
-        node.records.fail(f"node {m.node_rank}: every decider slot of generation {gen} holds a "
-                          "forged claim; nothing can decide how it ends", "infra")
-        return NodePhase.FAILED
-    if decides:
+    if claim_decider(node, gen):
         return _decide(node, gen, spec, m, store, report)
     return _await_decision(node, gen, m, store)
 
 
-def claim_decider(node: NodeContext, gen: int) -> bool | None:
+def claim_decider(node: NodeContext, gen: int) -> bool:
     """Whether this node decides how generation ``gen`` ends: the first node to put its signed
     claim in the first slot that holds no forged one (every node walks the slots in the same
-    order, so exactly one wins). None when every slot holds a forgery."""
-    for slot in range(DECIDER_SLOTS):
-        claimed = node.records.claim(wire.decider_key(node.task_id, gen, slot))
-        if claimed is not None:
-            return claimed
-    return None
+    order, so exactly one wins; the slots have no end, so forgeries never keep it out)."""
+    slot = 0
+    while (claimed := node.records.claim(wire.decider_key(node.task_id, gen, slot))) is None:
+        slot += 1
+    return claimed
 
 
 def _await_decision(node: NodeContext, gen: int, m: Membership, store: NodeStore

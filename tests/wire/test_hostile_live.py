@@ -1,0 +1,149 @@
+"""A live head-only job (``run_on="head"``) under attack by someone without the task's secret:
+idle connections held on every listener from the moment it opens, then seeded random bytes,
+handshake frames and store lines thrown at its store and head-job ports, and seeded random
+records written into its store. The job still SUCCEEDS with its real result, and no agent
+crashed."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from flow_testing import wait_until
+
+from flow_sdk import FlowApp, wire
+from flow_sdk.wire import TaskStatus
+from flow_sdk.providers.base import ObjectStore
+
+pytestmark = pytest.mark.slow
+
+app = FlowApp("hostile")
+SEED = 20261125
+IDLE_PER_LISTENER = 3
+
+
+def _times_ten(value: int) -> int:
+    return value * 10
+
+
+@app.function(num_instances=2, run_on="head", quiet=True)
+def head_call(seconds: float) -> list[int]:
+    import time as _time
+
+    from flow_sdk.node import headjob
+
+    print("ready", flush=True)
+    _time.sleep(seconds)
+    pool = headjob.active()
+    assert pool is not None
+    return pool.run(_times_ten, (4,), pool.ranks(), timeout_s=60)
+
+
+def _hold_idle(address: str, port: int, count: int, held: list[socket.socket],
+               stop: threading.Event) -> None:
+    """Connect ``count`` times to a listener as soon as it opens and say nothing."""
+    while len([s for s in held if s.getpeername()[1] == port]) < count and not stop.is_set():
+        try:
+            held.append(socket.create_connection((address, port), timeout=1))
+        except OSError:
+            time.sleep(0.01)
+
+
+def _junk(rng: random.Random) -> bytes:
+    """Random bytes, a random JSON document, deep brackets or a long line."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        return rng.randbytes(rng.randrange(1, 512))
+    if kind == 1:
+        return json.dumps({"op": rng.choice(["get", "set", "add", "wait", "time", "x"]),
+                           "key": rng.randbytes(8).hex(), "value": rng.random(),
+                           "mac": rng.randbytes(32).hex()}).encode()
+    if kind == 2:
+        return rng.choice([b"[", b"{\"a\":"]) * rng.randrange(100, 5000)
+    return b"x" * rng.randrange(10_000, 200_000)
+
+
+def _frame(rng: random.Random) -> bytes:
+    """A head-job handshake answer (rank, proof, nonce) without the key, or random bytes."""
+    if rng.random() < 0.5:
+        return struct.pack("!Q", rng.choice([0, 1, 2, 2**63])) + rng.randbytes(48)
+    return rng.randbytes(rng.randrange(1, 256))
+
+
+def _throw(address: str, port: int, message: bytes) -> bool:
+    """One connection, one message; whether the listener took the connection."""
+    try:
+        with socket.create_connection((address, port), timeout=2) as sock:
+            sock.settimeout(0.5)
+            sock.sendall(message + b"\n")
+            try:
+                sock.recv(1 << 16)
+            except TimeoutError:
+                pass  # the listener is waiting for more: the deadline will drop it
+        return True
+    except OSError:
+        return False  # reset mid-send: the listener refused the message
+
+
+def _records(rng: random.Random, store: ObjectStore, task_id: str) -> int:
+    """Seeded random objects at keys of the task's own families that hold nothing yet (an
+    outcome slot, node records, results past the world, restarts, claims); never an
+    overwrite, which no MAC can stop."""
+    families: list[Callable[[], str]] = [
+        lambda: wire.outcome_key(task_id, rng.randrange(16)),
+        lambda: f"{wire.nodes_prefix(task_id)}{rng.randrange(10**6):06d}.json",
+        lambda: wire.result_key(task_id, rng.randrange(2, 64)),
+        lambda: wire.restart_key(task_id, rng.randrange(1, 9)),
+        lambda: wire.membership_key(task_id, rng.randrange(1, 9)),
+        lambda: wire.decider_key(task_id, rng.randrange(1, 9)),
+    ]
+    written = 0
+    for _ in range(200):
+        key = rng.choice(families)()
+        body = rng.choice([rng.randbytes(rng.randrange(1, 300)), json.dumps(
+            {"status": "FAILED", "message": "forged", "finished_at": 1.0,
+             "mac": rng.choice(["\u00e9" * 64, rng.randbytes(32).hex(), "0" * 63])},
+            ensure_ascii=False).encode()])
+        written += store.put_if_absent(key, body)
+    return written
+
+
+def test_a_head_job_under_idle_connections_and_seeded_fuzz_succeeds() -> None:
+    rng = random.Random(SEED)
+    task = head_call.spawn(8.0)
+    record = task.record()
+    leader = min(task.provider.list_instances(task.task_id), key=lambda i: i.instance_id)
+    listeners = (record.rdzv_port, record.master_port)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    holders = [threading.Thread(target=_hold_idle, daemon=True,
+                                args=(leader.address, port, IDLE_PER_LISTENER, held, stop))
+               for port in listeners]
+    for holder in holders:
+        holder.start()
+    try:
+        wait_until(lambda: any("ready" in line for line in task.logs()), 90, "the head ready")
+        for holder in holders:
+            holder.join(timeout=30)
+        assert len(held) == IDLE_PER_LISTENER * len(listeners)  # held all along
+        packets = sum(_throw(leader.address, record.rdzv_port, _junk(rng)) for _ in range(60))
+        frames = sum(_throw(leader.address, record.master_port, _frame(rng))
+                     for _ in range(60))
+        records = _records(rng, task.provider.store, task.task_id)
+        assert packets and frames and records > 50, (packets, frames, records)
+        assert task.result(timeout=120) == [40, 40]
+    finally:
+        stop.set()
+        for sock in held:
+            sock.close()
+        if not task.status.is_terminal:
+            task.cancel()
+    assert task.status is TaskStatus.SUCCEEDED
+    assert not any("crashed" in line or "Traceback" in line
+                   for line in task.logs(source="agent"))

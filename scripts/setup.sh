@@ -4,7 +4,8 @@
 #                                  # torch (CPU build when none is installed), boto3, pyarrow,
 #                                  # xgboost, paramiko, the simulated cloud's moto and AWS CLI)
 #   bash scripts/setup.sh --dev    # plus the test tools (the `dev` extra) and the system
-#                                  # packages the tests need (OpenSSH server)
+#                                  # packages the tests need (OpenSSH server; Chromium for
+#                                  # the dashboard's browser tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -30,6 +31,13 @@ if [ "${1:-}" = "--dev" ]; then
     SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssh-server openssh-client >/dev/null
+  fi
+  # The dashboard's browser tests drive Debian's Chromium through Playwright (which cannot
+  # download a browser of its own here).
+  if [ ! -x /usr/bin/chromium ]; then
+    SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
   fi
   install dev
 else

@@ -16,6 +16,7 @@ import click
 from flow_sdk.cli._main import main
 from flow_sdk.cli._options import _volumes, provider_config_of
 from flow_sdk.cli._output import emit_json, table
+from flow_sdk.client.overview import pool_row
 from flow_sdk.client.pools import Pool, PoolStatus, list_pools, pool_up
 
 
@@ -81,16 +82,13 @@ def pool_list_command(as_json: bool) -> None:
 
 
 def _row(pool: PoolStatus, now: float) -> list[object]:
-    live = [n for n in pool.nodes if n.state != "stopped"]
-    states = ", ".join(f"{sum(n.state == s for n in live)} {s}"
-                       for s in sorted({n.state for n in live})) or "none"
-    busy = pool.state == "up" and pool.idle_s is None
-    state = "busy" if busy else pool.state
-    idle = "-" if pool.idle_s is None else f"{pool.idle_s:.0f}s"
-    stop = "-" if pool.stop_at is None else (
-        f"in {max(0.0, pool.stop_at - now):.0f}s" if pool.stop_at > now else "now")
-    return [pool.name, pool.provider, state, f"{len(live)} ({states})", idle,
-            f"{pool.usd_per_hour:.4f}", stop]
+    row = pool_row(pool, now)
+    states = ", ".join(f"{count} {state}" for state, count in row.node_states.items()) or "none"
+    idle = "-" if row.idle_s is None else f"{row.idle_s:.0f}s"
+    stop = "-" if row.stop_in_s is None else (
+        f"in {row.stop_in_s:.0f}s" if row.stop_in_s > 0 else "now")
+    return [row.name, row.provider, row.state, f"{row.live_nodes} ({states})", idle,
+            f"{row.usd_per_hour:.4f}", stop]
 
 
 @pool_group.command(name="down")

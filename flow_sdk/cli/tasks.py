@@ -6,7 +6,6 @@ import dataclasses
 import json
 import sys
 import time
-from typing import Any
 
 import click
 
@@ -14,36 +13,9 @@ from flow_sdk.cli._exits import EXIT_OK, EXIT_FAILED, exit_code
 from flow_sdk.cli._main import main
 from flow_sdk.cli._options import find_task, since_time
 from flow_sdk.cli._output import ago, emit_json, pairs, table, when
-from flow_sdk.errors import FlowError
 from flow_sdk.wire import TaskStatus
-from flow_sdk.client.records import list_client_records
-from flow_sdk.client.stacks import task_stalls
-from flow_sdk.client.task import Task
+from flow_sdk.client.overview import status_data, task_rows
 from flow_sdk.client.tasklogs import LOG_SOURCES
-
-
-def _status_data(task: Task) -> dict[str, Any]:
-    status = task.status
-    record = task.record()
-    outcome = task.final_outcome()
-    instances = {i.instance_id: i for i in task.instances()}
-    nodes = []
-    for node in sorted(task.nodes(), key=lambda n: n.node):
-        instance = instances.get(node.instance_id)
-        ssh = instance.ssh if instance is not None else None
-        nodes.append({"node": node.node, "instance_id": node.instance_id,
-                      "address": node.address, "phase": node.phase, "workers": node.workers,
-                      "state": instance.state if instance is not None else "unknown",
-                      "ssh": f"{ssh.user}@{ssh.host}:{ssh.port}"
-                      if ssh is not None and instance is not None and instance.state == "running"
-                      else None})
-    return {"task_id": task.task_id, "status": str(status), "provider": task.provider.name,
-            "name": record.spec.get("name"), "app": record.spec.get("app"),
-            "created_at": record.created_at, "num_instances": record.spec.get("num_instances"),
-            "outcome": dataclasses.asdict(outcome) if outcome is not None else None,
-            "nodes": nodes, "stalls": [s.summary() for s in task_stalls(task)],
-            "instances": [{"instance_id": i.instance_id, "address": i.address,
-                           "state": i.state} for i in instances.values()]}
 
 
 @main.command()
@@ -52,7 +24,7 @@ def _status_data(task: Task) -> dict[str, Any]:
 def status(task_ref: str | None, as_json: bool) -> None:
     """Show a task's state, nodes and outcome (default: the newest task)."""
     task = find_task(task_ref)
-    data = _status_data(task)
+    data = status_data(task)
     if as_json:
         emit_json(data)
     else:
@@ -86,23 +58,7 @@ def status(task_ref: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
     """List the tasks this machine started, newest first."""
-    records = sorted((r for r in list_client_records()
-                      if provider is None or r.get("provider") == provider),
-                     key=lambda r: r.get("created_at", 0.0), reverse=True)
-    if limit > 0:
-        records = records[:limit]
-    rows = []
-    for rec in records:
-        try:
-            task = Task.from_id(rec["task_id"])
-            state = str(task.status)
-            spec = task.record().spec
-            nodes = spec.get("num_instances")
-        except FlowError as exc:  # one unreachable provider must not hide the others
-            state, nodes = f"UNKNOWN ({exc})", None
-        rows.append({"task_id": rec["task_id"], "name": rec.get("name"),
-                     "provider": rec.get("provider"), "status": state, "nodes": nodes,
-                     "created_at": rec.get("created_at")})
+    rows = [dataclasses.asdict(row) for row in task_rows(limit, provider)]
     if as_json:
         emit_json(rows)
         return

@@ -16,7 +16,7 @@ from flow_testing import agent_pid, wait_until
 
 from flow_sdk import FlowApp, TaskStatus, lifecycle, tasksecrets, wire
 from flow_sdk.wire import signing
-from flow_sdk.errors import SignatureError, TaskFailedError
+from flow_sdk.errors import TaskFailedError
 from flow_sdk.wire import Outcome
 from flow_sdk.providers.local import LocalProvider
 

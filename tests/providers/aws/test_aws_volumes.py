@@ -5,15 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import time
 from typing import Any
 
 import pytest
 from aws_moto_world import AwsWorld, Ec2Faults, launch_ids, node_config_of, spec
 
-from flow_sdk import wire
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.wire import BootConfig, Outcome
+from flow_sdk.wire import BootConfig
 from flow_sdk.providers.aws._iam import TASK_POLICY_NAME, role_name
 from flow_sdk.providers.aws._userdata import USER_DATA_LIMIT
 from flow_sdk.providers.base import LaunchRequest
@@ -131,14 +129,13 @@ def test_gc_leaves_volumes_alone(aws: AwsWorld) -> None:
     launch_ids(provider, "vol-gc-2", spec(num_instances=1, priority="high",
                                           volumes={"/scratch": {"name": "scratch", "size_gb": 10,
                                                                 "interface": "block"}}))
-    for task in ("vol-gc-1", "vol-gc-2"):
-        provider.store.put_if_absent(wire.outcome_key(task), wire.to_json(
-            Outcome("SUCCEEDED", "done", time.time())))
-    report = provider.gc()
+    report = provider.gc(ended={task: "task ended SUCCEEDED"  # what lifecycle passes
+                                for task in ("vol-gc-1", "vol-gc-2")})
     assert len(report.terminated_instances) == 2
-    # security groups, key pairs, the tasks' IAM roles and instance profiles: no volume
+    # security groups, key pairs, the tasks' IAM roles, instance profiles and secret
+    # parameters: no volume
     assert {item.split()[1] for item in report.deleted} <= {"security", "key", "role",
-                                                            "instance"}
+                                                            "instance", "parameter"}
     efs = aws.client("efs")
     assert [s["CreationToken"] for s in efs.describe_file_systems()["FileSystems"]] == ["ckpt"]
     volumes = aws.client("ec2").describe_volumes(

@@ -31,7 +31,7 @@ from iam_eval import allowed, decide, like, run_instances_denials
 
 from flow_sdk import wire
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.wire import BootConfig, Outcome, TaskRecord
+from flow_sdk.wire import BootConfig, TaskRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._iam import (
     POLICY_LIMIT,

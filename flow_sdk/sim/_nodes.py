@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -211,7 +212,11 @@ class SimulatedNodes:
                                  ("boot", node_dir / "state" / "boot.log"),
                                  ("instance", node_dir / "instance.log")):
                 if source.exists():
-                    shutil.copy(source, keep / f"{rec['instance_id']}.{name}.log")
+                    try:
+                        shutil.copy(source, keep / f"{rec['instance_id']}.{name}.log")
+                    except OSError as exc:  # a post-mortem copy never stops a teardown
+                        warnings.warn(f"the simulated cloud could not keep {source} for "
+                                      f"post-mortems: {exc}", stacklevel=2)
             shutil.rmtree(node_dir, ignore_errors=True)
         return stopped
 

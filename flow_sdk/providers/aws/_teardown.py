@@ -24,7 +24,11 @@ def terminate_task(nodes: AwsNodes, task_id: str) -> Cleanup:
         for region in regions:
             ids = terminate_tagged(nodes.clients.get("ec2", region), task_id)
             result.deleted.extend(f"{region} instance {i}" for i in ids)
-        result.deleted.extend(f"process {pid}" for pid in nodes.runtime.stop(task_id))
+        try:
+            result.deleted.extend(f"process {pid}" for pid in nodes.runtime.stop(task_id))
+        except OSError as exc:  # the node runtime's trouble never keeps the resources
+            result.deferred.append(f"what the node runtime runs for the task: {exc}; run "
+                                   "`flow gc`")
         for region in regions:
             ec2 = nodes.clients.get("ec2", region)
             found = tagged_resources(ec2, task_id,

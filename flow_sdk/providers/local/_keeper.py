@@ -11,7 +11,11 @@ it). The keeper:
 * runs the node's ``sshd -D -e`` as its child (its log lines go to the same stream, prefixed
   ``sshd:``);
 * when the agent exits (end of the pipe) stops sshd and every process still carrying the node's
-  ``FLOW_INSTANCE_ID`` (SSH sessions, anything a worker left behind), then exits itself.
+  ``FLOW_INSTANCE_ID`` (SSH sessions, anything a worker left behind), then exits itself;
+* holds the task's runtime cap as a cloud node's power-off timer does: past
+  ``FLOW_NODE_DEADLINE`` (epoch seconds: the cap and a grace, set by the local provider) with
+  the agent still there — frozen, or stuck past its own cap — it stops every process of the
+  node, so a cap holds even when no agent can enforce it.
 
 Only the standard library may be imported here. Run by path, it loads ``flow_sdk/procs.py``
 (standard library only too) by its path, without importing the ``flow_sdk`` package.
@@ -28,11 +32,12 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
 INSTANCE_ENV = "FLOW_INSTANCE_ID"  # every process of a local node carries its instance id
+DEADLINE_ENV = "FLOW_NODE_DEADLINE"  # when the keeper stops the node (epoch seconds), if set
 _PR_SET_PDEATHSIG = 1
 
 
@@ -143,7 +148,7 @@ def keep(stream_path: Path, instance_id: str, sshd_argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, _on_term)
     code = 0
     try:
-        _pump(selector, out, until="node", deadline=None)
+        _pump_within_cap(selector, out, instance_id, _cap_deadline(os.environ))
     except Exception as exc:  # the keeper's stderr goes nowhere: its own failure goes here
         for line in "".join(traceback.format_exception(exc)).splitlines():
             out.note(line)
@@ -159,6 +164,29 @@ def keep(stream_path: Path, instance_id: str, sshd_argv: Sequence[str]) -> int:
             out.note(f"stopped {len(left)} process(es) the node left behind: {left}")
         out.close()
     return code
+
+
+def _cap_deadline(environ: Mapping[str, str]) -> float | None:
+    """``FLOW_NODE_DEADLINE`` as epoch seconds, or None when the task has no runtime cap."""
+    value = environ.get(DEADLINE_ENV)
+    return float(value) if value else None
+
+
+def _pump_within_cap(selector: selectors.BaseSelector, out: _StreamFile, instance_id: str,
+                     cap_at: float | None) -> None:
+    """Copy the node's output until its agent ends; past ``cap_at`` with the agent still
+    there, stop every process of the node first (the agent's end then closes the pipe)."""
+    while cap_at is not None and time.time() < cap_at:
+        _pump(selector, out, until="node",
+              deadline=time.monotonic() + min(1.0, cap_at - time.time()))
+        if not any(key.data == "node" for key in selector.get_map().values()):
+            return  # the agent ended within the cap
+    if cap_at is not None:
+        out.note("the task's runtime cap passed and its agent is still there (frozen or "
+                 "stuck): stopping every process of the node")
+        stopped = stop_node_processes([instance_id])
+        out.note(f"stopped {len(stopped)} process(es) at the runtime cap: {stopped}")
+    _pump(selector, out, until="node", deadline=None)
 
 
 def _pump(selector: selectors.BaseSelector, out: _StreamFile, *, until: str,

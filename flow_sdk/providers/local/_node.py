@@ -16,6 +16,9 @@ from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.local import _keeper
 
 KEEPER_EXIT_WAIT_S = 3.0  # after the agent stops, how long its keeper may take to drain and exit
+# Past the runtime cap by this much with its agent still there, the keeper stops the node (the
+# agent's own cap fires first; the keeper is the backstop, as a cloud node's power-off timer).
+CAP_GRACE_S = 60.0
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # the folder that holds flow_sdk
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # agents and keepers this process started
@@ -50,6 +53,9 @@ def node_env(request: LaunchRequest, instance_id: str, address: str, workdir: Pa
     # Workers share this machine's cores with every other local node of the task.
     env["FLOW_NODE_CORES"] = str(max(1, len(os.sched_getaffinity(0))
                                      // request.spec.num_instances))
+    hours = request.spec.max_run_time_hours
+    if hours is not None and request.boot.role == "task":  # a pool's daemon has no cap
+        env[_keeper.DEADLINE_ENV] = repr(time.time() + hours * 3600 + CAP_GRACE_S)
     return env
 
 

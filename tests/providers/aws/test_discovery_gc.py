@@ -98,6 +98,29 @@ def test_terminate_is_idempotent_and_removes_every_task_resource(aws: AwsWorld) 
     assert again.deleted == [] and again.deferred == []
 
 
+def test_a_node_runtime_that_fails_to_stop_never_keeps_the_resources(
+        aws: AwsWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chaos seed 1100's teardown: the simulated runtime's stop raised OSError (a full disk)
+    and the task's group, key pair, role and secret were left. They go; the runtime's trouble
+    is reported for `flow gc`."""
+    provider = aws.provider()
+    launch_ids(provider, "term-2", spec(num_instances=1, priority="high"))
+
+    def full_disk(task_id: str, instance_ids: object = None) -> list[int]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(provider.nodes.runtime, "stop", full_disk)
+    report = provider.terminate_task("term-2")
+    assert any("No space left on device" in item for item in report.deferred)
+    assert aws.non_terminated() == []
+    ec2 = aws.client("ec2")
+    assert "flow-term-2" not in {g["GroupName"] for g in
+                                 ec2.describe_security_groups()["SecurityGroups"]}
+    assert aws.client("iam").list_roles()["Roles"] == []
+    assert not [p for p in aws.client("ssm").describe_parameters()["Parameters"]
+                if p["Name"].startswith("/flow-sdk/")]
+
+
 # -- gc ------------------------------------------------------------------------------------
 
 

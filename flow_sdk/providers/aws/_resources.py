@@ -315,7 +315,8 @@ def release_nfs_rules(ec2: Any, group_id: str) -> None:
 
 def delete_resources(ec2: Any, region: str, found: dict[str, list[dict[str, Any]]]) -> Cleanup:
     """Delete what ``tagged_resources`` found. A group still used by instances that are
-    shutting down is deferred (``flow gc`` removes it later)."""
+    shutting down is deferred (``flow gc`` removes it later); one that another teardown (a
+    concurrent ``flow gc``, a second client) deleted meanwhile counts as gone."""
     result = Cleanup()
     for group in found["security_groups"]:
         release_nfs_rules(ec2, group["GroupId"])
@@ -323,12 +324,15 @@ def delete_resources(ec2: Any, region: str, found: dict[str, list[dict[str, Any]
             ec2.delete_security_group(GroupId=group["GroupId"])
             result.deleted.append(f"{region} security group {group['GroupId']}")
         except ClientError as exc:
+            if error_code(exc) == "InvalidGroup.NotFound":
+                continue
             if error_code(exc) not in ("DependencyViolation", "InvalidGroup.InUse"):
                 raise
             result.deferred.append(f"{region} security group {group['GroupId']} (in use)")
     for key in found["key_pairs"]:
-        ec2.delete_key_pair(KeyName=key["KeyName"])
-        result.deleted.append(f"{region} key pair {key['KeyName']}")
+        with tolerating("InvalidKeyPair.NotFound"):
+            ec2.delete_key_pair(KeyName=key["KeyName"])
+            result.deleted.append(f"{region} key pair {key['KeyName']}")
         task = tag_value(key, TAG_TASK)
         if task:
             key_path(task, region).unlink(missing_ok=True)
@@ -337,6 +341,8 @@ def delete_resources(ec2: Any, region: str, found: dict[str, list[dict[str, Any]
             ec2.delete_placement_group(GroupName=group["GroupName"])
             result.deleted.append(f"{region} placement group {group['GroupName']}")
         except ClientError as exc:
+            if error_code(exc) == "InvalidPlacementGroup.Unknown":
+                continue
             if error_code(exc) != "InvalidPlacementGroup.InUse":
                 raise
             result.deferred.append(f"{region} placement group {group['GroupName']} (in use)")

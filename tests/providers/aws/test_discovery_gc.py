@@ -22,7 +22,12 @@ from flow_sdk.errors import FlowError, ProviderError
 from flow_sdk.wire import Outcome
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws import AwsProvider
-from flow_sdk.providers.aws._resources import key_path, tags
+from flow_sdk.providers.aws._resources import (
+    delete_resources,
+    key_path,
+    tagged_resources,
+    tags,
+)
 from flow_sdk.sim import simulated_address
 
 
@@ -119,6 +124,20 @@ def test_a_node_runtime_that_fails_to_stop_never_keeps_the_resources(
     assert aws.client("iam").list_roles()["Roles"] == []
     assert not [p for p in aws.client("ssm").describe_parameters()["Parameters"]
                 if p["Name"].startswith("/flow-sdk/")]
+
+
+def test_resources_another_teardown_deleted_meanwhile_count_as_gone(aws: AwsWorld) -> None:
+    """Chaos seed 7: two teardowns of one task (a cancel and a waiting caller, or a `flow gc`
+    beside a client) found the same group; the one that came second met
+    InvalidGroup.NotFound and stopped before the task's role. Now that counts as gone."""
+    provider = aws.provider()
+    launch_ids(provider, "term-3", spec(gpu="a100:8", num_instances=1, priority="high",
+                                        internode_interconnect="efa"))
+    ec2 = aws.client("ec2")
+    found = tagged_resources(ec2, "term-3", placement_groups=True)
+    assert all(found.values())  # a group, a key pair and a placement group
+    provider.terminate_task("term-3")  # the other teardown
+    assert delete_resources(ec2, "us-east-1", found).deferred == []
 
 
 # -- gc ------------------------------------------------------------------------------------

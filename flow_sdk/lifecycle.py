@@ -23,7 +23,7 @@ from collections.abc import Collection
 
 from flow_sdk import poolfiles, tasksecrets, wire
 from flow_sdk.errors import RecordError, SignatureError
-from flow_sdk.wire import Outcome, TaskStatus
+from flow_sdk.wire import LaunchLease, Outcome, TaskStatus
 from flow_sdk.providers.base import GcReport, Provider
 from flow_sdk.wire.pools import MemberRecord, PoolRecord, members_prefix, pool_key
 from flow_sdk.wire.signing import SignedStore
@@ -108,6 +108,13 @@ def nodes_vanished(agent_tail: list[str], boot_tail: list[str],
         message += f"; last {what}:\n  " + "\n  ".join(tail)
     return Outcome(TaskStatus.FAILED.value, message, time.time() if now is None else now,
                    log_tail=tail, label="infra")
+
+
+def launch_left(why: str, now: float | None = None) -> Outcome:
+    """A launch whose client went away before saying how it ended (``flow gc`` judges it
+    once nothing of it runs): CANCELLED, as an interrupted launch."""
+    return Outcome(TaskStatus.CANCELLED.value, f"launch interrupted: {why}; `flow gc` "
+                   "reclaimed what it started", time.time() if now is None else now)
 
 
 def orphaned(now: float | None = None) -> Outcome:
@@ -203,7 +210,8 @@ def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
     """``flow gc`` for one provider: record CANCELLED for each orphaned task (``orphans``:
     signed with the task's secret, so its client can check it), then ask the provider to
     reclaim what ended tasks (``signed_ends``), orphans and leftover pools
-    (``leftover_pools``) left. With ``dry_run`` nothing is recorded or reclaimed."""
+    (``leftover_pools``) left, then record CANCELLED for each launch whose client left it
+    (``_launch_left``). With ``dry_run`` nothing is recorded or reclaimed."""
     pools = leftover_pools(provider)
     ended, running = signed_ends(provider)
     ended.update(pools)
@@ -216,6 +224,31 @@ def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
             ended[task_id] = ORPHANED
     report = provider.gc(dry_run=dry_run, ended=ended)
     if not dry_run:
+        for task_id in running:  # what the provider reclaimed of a launch its client left
+            why = _launch_left(provider, task_id)
+            if why is not None:
+                store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
+                record_outcome(store, task_id, launch_left(why))
         for pool_id in pools:
             forget_pool(pool_id)
     return report
+
+
+def _launch_left(provider: Provider, task_id: str, now: float | None = None) -> str | None:
+    """Why the task's launch ended without its client (killed mid-launch, or gone after a
+    rollback) once none of its nodes is up, else None. The lease is no record of the task's
+    own, so it counts only with every node gone: it never ends a running task."""
+    raw = provider.store.get(wire.launch_lease_key(task_id))
+    try:
+        lease = None if raw is None else LaunchLease.from_json(raw)
+    except RecordError:
+        return None
+    if lease is None or not (lease.state == "rolled-back" or lease.state == "launching"
+                             and lease.stale(time.time() if now is None else now)):
+        return None
+    if any(i.state != "terminated" for i in provider.list_instances(task_id)):
+        return None
+    if lease.state == "rolled-back":
+        return "its launch was rolled back and its client never said how it ended"
+    return (f"its launching client ({lease.holder}) stopped renewing its launch lease: it "
+            "was killed mid-launch")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
 from flow_sdk import lifecycle, payload, tasksecrets, wire
 from flow_sdk.wire import signing
+from flow_sdk.client import capguard
 from flow_sdk.client import ssh as _ssh
 from flow_sdk.client.failure import task_error
 from flow_sdk.client.records import load_client_record
@@ -55,6 +57,7 @@ class Task:
         self.task_id, self.provider = task_id, provider
         self._nodes_id = pool_of_task(task_id) or task_id  # its nodes' id: its own, its pool's
         self._torn_down = False
+        self._teardown_lock = threading.Lock()  # one teardown at a time (cancel() vs wait())
         self._spec: TaskSpec | None = None
         self._logs = TaskLogs(task_id, provider, slots_per_node=self._slots_per_node,
                               node_of_instances=self._node_of_instances,
@@ -120,15 +123,15 @@ class Task:
         outcome = self.outcome()
         if outcome is not None:
             return TaskStatus(outcome.status)
-        if any(n.phase in (NodePhase.RUNNING, NodePhase.DONE) for n in self.nodes()):
-            return TaskStatus.RUNNING
-        instances = self.instances()
-        if not instances:
-            return TaskStatus.PENDING
-        if all(i.state == "terminated" for i in instances):
+        if capguard.judged(self) is not None:  # past the cap and its grace: nodes unresponsive
+            return TaskStatus.TIMED_OUT
+        instances = self.instances()  # all gone, no outcome: FAILED, even after one ran
+        if instances and all(i.state == "terminated" for i in instances):
             outcome = self.outcome()  # a node may have reported just before it exited
             return TaskStatus.FAILED if outcome is None else TaskStatus(outcome.status)
-        return TaskStatus.PROVISIONING
+        if any(n.phase in (NodePhase.RUNNING, NodePhase.DONE) for n in self.nodes()):
+            return TaskStatus.RUNNING
+        return TaskStatus.PENDING if not instances else TaskStatus.PROVISIONING
 
     def final_outcome(self) -> Outcome | None:
         """The recorded outcome, else, once every node vanished without one, the outcome
@@ -203,19 +206,20 @@ class Task:
             delay = min(delay * 1.2, 0.5)
 
     def _settle(self) -> TaskStatus:
-        """Record the judged outcome of an ended task that has none (its nodes vanished);
-        the recorded status (the first writer's)."""
-        if self.outcome() is None:
-            lifecycle.record_outcome(self.store, self.task_id, self._vanished())
+        """Record the judged outcome of an ended task that has none; the recorded status."""
+        if self.outcome() is None:  # past the cap (nodes unresponsive), else they vanished
+            late = capguard.judged(self)
+            lifecycle.record_outcome(self.store, self.task_id, late or self._vanished())
         outcome = self.outcome()
         assert outcome is not None
         return TaskStatus(outcome.status)
 
     def _teardown(self) -> None:
         """Stop the task's own nodes (a pool's nodes stay: their daemons sweep them)."""
-        if not self._torn_down and self._nodes_id == self.task_id:
-            self.provider.terminate(self.task_id)
-        self._torn_down = True
+        with self._teardown_lock:
+            if not self._torn_down and self._nodes_id == self.task_id:
+                self.provider.terminate(self.task_id)
+            self._torn_down = True
 
     def cancel(self) -> None:
         """Stop every worker on every node and tear the nodes down. No-op once the task ended."""

@@ -1,0 +1,222 @@
+"""Run one chaos scenario and judge it: terminal state within its bound, nothing left behind,
+logs readable up to the fault, results equal to the fault-free computation's.
+
+``Bench`` holds what the scenarios of one run share: their root directory, and for the
+simulated cloud one account (its moto server, started as the simulated cloud starts it) with
+the fault proxy in front of it and the image's SDK environments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _chaos_draw import Scenario
+from _chaos_inject import Stage, release_disk, small_disk, start_strikes
+from _chaos_judge import judge
+from _chaos_leaks import leftovers, purge_account
+from _chaos_procs import scan
+from _chaos_proxy import FaultProxy, Rule
+from _chaos_tasks import TaskFinder
+
+BENCH = Path(__file__).resolve().parent
+# per provider: availability timeout, boot timeout, runtime cap beyond the job's work (s)
+TIMEOUTS = {"local": (6.0, 20.0, 15.0), "aws-sim": (25.0, 60.0, 30.0)}
+SETTLE_S = {"local": 15.0, "aws-sim": 30.0}  # for the nodes to stop after the terminal state
+POOL_IDLE_STOP_S = 8.0  # above the 5 s margin inside which a pool node takes no task
+DISK_SIZE = "64m"  # the small filesystem of a full-disk fault (tmpfs)
+
+
+@dataclass
+class Result:
+    seed: int
+    provider: str
+    kinds: list[str]
+    phases: list[str]
+    describe: str
+    status: str  # the terminal status, LAUNCH-FAILED, HUNG, or NO-OUTCOME (none after gc)
+    terminal_s: float  # from the first strike (else the start) to the terminal state
+    bound_s: float
+    struck: int
+    leaks: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # results or logs that should be there
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        failed = ("HUNG", "HARNESS-ERROR", "NO-OUTCOME")
+        return self.status not in failed and not self.leaks and not self.lost
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+class Bench:
+    """What one run's scenarios share (a context manager: stops what it started, by PID)."""
+
+    def __init__(self, root: Path, sim: bool) -> None:
+        self.root = root
+        self.sim = sim
+        self.server: subprocess.Popen[bytes] | None = None
+        self.url: str | None = None  # the account, directly
+        self.proxy: FaultProxy | None = None
+        self.known: set[str] = set()  # task ids of earlier scenarios (the account is shared)
+
+    def __enter__(self) -> Bench:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.sim:
+            self._start_account()
+        return self
+
+    def _start_account(self) -> None:
+        home = self.root / "account"
+        home.mkdir(exist_ok=True)
+        state = home / "server.json"
+        state.unlink(missing_ok=True)
+        with open(home / "server.log", "ab") as log:
+            self.server = subprocess.Popen(
+                [sys.executable, "-m", "flow_sdk.sim._serve", str(home), "86400"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not state.exists():
+            if time.monotonic() > deadline or self.server.poll() is not None:
+                raise RuntimeError(f"the simulated account did not start; see {home}/server.log")
+            time.sleep(0.05)
+        port = int(json.loads(state.read_text())["port"])
+        self.url = f"http://127.0.0.1:{port}"
+        self.proxy = FaultProxy(port).start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.server is not None:
+            self.server.send_signal(signal.SIGTERM)
+            try:
+                self.server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+
+    def provider_config(self, sc: Scenario, home: Path) -> dict[str, Any]:
+        if sc.provider == "local":
+            return {}
+        assert self.proxy is not None
+        return {"endpoint_url": self.proxy.url, "root": str(home / "sim-root"),
+                "envs": str(self.root / "sim-envs")}
+
+
+def bound_of(sc: Scenario) -> float:
+    """The longest a scenario may take to reach a terminal state: the boot timeout, then per
+    generation the availability timeout and the runtime cap, plus teardown slack."""
+    avail, boot, cap = TIMEOUTS[sc.provider]
+    return boot + (1 + sc.max_restarts) * (avail + cap + sc.steps * sc.step_s) + 30.0
+
+
+def caller_plan(bench: Bench, sc: Scenario, home: Path) -> dict[str, Any]:
+    avail, boot, cap = TIMEOUTS[sc.provider]
+    plan: dict[str, Any] = {
+        "scenario": json.loads(sc.to_json()), "events": str(home / "events.jsonl"),
+        "marks": str(home / "marks"), "provider_config": bench.provider_config(sc, home),
+        "availability_timeout_s": avail, "boot_timeout_s": boot,
+        "runtime_cap_s": cap + sc.steps * sc.step_s, "bound_s": bound_of(sc)}
+    if sc.pooled:
+        plan.update(pool=f"chaos{sc.seed}", pool_idle_stop_s=POOL_IDLE_STOP_S)
+        if "pool-idle-stop" in sc.kinds:
+            # 2 to 8 s after the pool is warm: taken, refused near its stop, or at the stop
+            plan["launch_after_s"] = 2.0 + sc.faults[0].delay_s * 10
+    return plan
+
+
+def events(home: Path) -> list[dict[str, Any]]:
+    path = home / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _disk_target(sc: Scenario, home: Path) -> Path | None:
+    if "disk-full" not in sc.kinds:
+        return None
+    return home / ("local/nodes" if sc.provider == "local" else "sim-root/nodes")
+
+
+def run_scenario(bench: Bench, sc: Scenario) -> Result:
+    """Run ``sc`` end to end, judge it, and clean up whatever it left (after counting it)."""
+    started = time.monotonic()
+    home = bench.root / f"s{sc.seed}"
+    (home / "marks").mkdir(parents=True, exist_ok=True)
+    os.environ["FLOW_HOME"] = str(home)
+    disk = _disk_target(sc, home)
+    if disk is not None:
+        small_disk(disk, DISK_SIZE)
+    plan = caller_plan(bench, sc, home)
+    (home / "plan.json").write_text(json.dumps(plan))
+    if bench.proxy is not None:
+        bench.proxy.book.arm([Rule(**f.rule) for f in sc.faults if f.rule])
+    finder = TaskFinder(home, bench.url, bench.known)
+    caller = subprocess.Popen([sys.executable, str(BENCH / "_chaos_job.py"),
+                               str(home / "plan.json")], stdin=subprocess.DEVNULL,
+                              stdout=open(home / "caller.log", "wb"), stderr=subprocess.STDOUT,
+                              env={**os.environ, "FLOW_HOME": str(home)})
+    stage = Stage(sc, home, home / "marks", caller.pid, {os.getpid(), caller.pid},
+                  finder.rdzv_port)
+    if bench.server is not None:
+        stage.exclude.add(bench.server.pid)
+    strikes = start_strikes(stage, disk, bound_of(sc))
+    try:
+        result = judge(bench, sc, stage, caller, finder, started)
+    except Exception as exc:  # a harness failure is a failed scenario, shown with its cause
+        result = Result(sc.seed, sc.provider, sc.kinds, [f.phase for f in sc.faults],
+                        sc.describe(), "HARNESS-ERROR", 0.0, bound_of(sc), 0,
+                        lost=[f"harness error: {type(exc).__name__}: {exc}"])
+    finally:
+        stage.stop.set()
+        for thread in strikes:
+            thread.join(timeout=10)
+        if bench.proxy is not None:
+            bench.proxy.book.disarm()
+            result_notes = bench.proxy.book.injected
+        else:
+            result_notes = []
+    result.notes = stage.log + [f"injected {n}" for n in result_notes] + result.notes
+    _finish(bench, sc, stage, caller, disk, home, result)
+    bench.known.update(finder.task_ids())
+    result.wall_s = round(time.monotonic() - started, 2)
+    return result
+
+
+def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[bytes],
+            disk: Path | None, home: Path, result: Result) -> None:
+    """Count what is left, then remove it (so the next scenario starts clean)."""
+    for held in stage.sockets:
+        held.close()
+    if caller.poll() is None:  # hung: its stacks go to caller.log, then it is stopped
+        caller.send_signal(signal.SIGUSR2)
+        time.sleep(0.5)
+        caller.kill()
+    caller.wait()
+    found = leftovers(home, bench.url, stage.exclude - {caller.pid}, SETTLE_S[sc.provider],
+                      disk)
+    result.leaks += found
+    if found:
+        for proc in scan(home, stage.exclude):
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        if bench.url is not None:
+            purge_account(bench.url)
+    if disk is not None and not release_disk(disk):
+        time.sleep(1)
+        if not release_disk(disk):
+            result.leaks.append(f"mount {disk} still busy")
+            subprocess.run(["umount", "-l", str(disk)], check=False)

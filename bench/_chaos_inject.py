@@ -122,9 +122,13 @@ def _slow_node(stage: Stage, fault: Fault) -> bool:
     if not order:
         return False
     instance = order[min(fault.node, len(order) - 1)]
-    frozen = [p for p in procs if p.instance == instance]
-    for proc in frozen:
-        os.kill(proc.pid, signal.SIGSTOP)
+    frozen = []
+    for proc in (p for p in procs if p.instance == instance):
+        try:
+            os.kill(proc.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            continue  # it exited meanwhile: nothing to freeze, nothing to thaw
+        frozen.append(proc)
     stage.note(f"slow-node: froze {len(frozen)} process(es) of {instance} for {fault.hold_s}s")
     stage.stop.wait(fault.hold_s)
     for proc in frozen:

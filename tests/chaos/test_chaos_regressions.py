@@ -17,27 +17,35 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from _chaos_draw import draw  # noqa: E402
-from _chaos_run import Bench, run_scenario  # noqa: E402
+from _chaos_draw import Scenario, draw  # noqa: E402
+from _chaos_run import Bench, Result, run_scenario  # noqa: E402
 from chaos import replay_command  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(("seed", "kind"), [(4, "sigkill-leader"), (20, "sigkill-keeper")])
-def test_a_lone_node_that_dies_after_reporting_running_fails_the_task(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, kind: str) -> None:
+def _replay(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str
+            ) -> tuple[Scenario, Result, str]:
+    """Run the scenario of ``seed`` in a FLOW_HOME of its own; asserts it ended ``status``
+    with nothing left, and returns it, its result and its replay command."""
     monkeypatch.setenv("FLOW_HOME", str(tmp_path / "flow-home"))
     scenario = draw(seed)
-    assert (scenario.provider, scenario.nodes, scenario.kinds) == ("local", 1, [kind])
-    with Bench(tmp_path / "chaos", sim=False) as bench:
+    with Bench(tmp_path / "chaos", sim=scenario.provider == "aws-sim") as bench:
         result = run_scenario(bench, scenario)
     detail = "\n".join(result.leaks + result.lost + result.notes)
     replay = replay_command(scenario, (None, None))
-    assert result.struck == 1, f"the fault never struck:\n{detail}\nreplay: {replay}"
-    assert result.status == "FAILED" and result.ok, (
+    assert result.status == status and result.ok, (
         f"{scenario.describe()} -> {result.status} in {result.terminal_s}s:\n{detail}\n"
         f"replay: {replay}")
+    return scenario, result, replay
+
+
+@pytest.mark.parametrize(("seed", "kind"), [(4, "sigkill-leader"), (20, "sigkill-keeper")])
+def test_a_lone_node_that_dies_after_reporting_running_fails_the_task(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, kind: str) -> None:
+    scenario, result, replay = _replay(seed, tmp_path, monkeypatch, "FAILED")
+    assert (scenario.provider, scenario.nodes, scenario.kinds) == ("local", 1, [kind])
+    assert result.struck == 1, f"the fault never struck; replay: {replay}"
     assert result.terminal_s < 15, f"the loss took {result.terminal_s}s to be seen"
 
 
@@ -48,15 +56,8 @@ def test_cancel_from_another_thread_while_results_waits_leaves_nothing(
     same time; one found the security group the other had just deleted, its
     ``InvalidGroup.NotFound`` aborted the teardown, and the task's IAM role and instance
     profile were left. ``Task`` now runs one teardown at a time."""
-    monkeypatch.setenv("FLOW_HOME", str(tmp_path / "flow-home"))
-    scenario = draw(7)
+    scenario, result, replay = _replay(7, tmp_path, monkeypatch, "CANCELLED")
     assert (scenario.provider, scenario.kinds[0]) == ("aws-sim", "cancel")
-    with Bench(tmp_path / "chaos", sim=True) as bench:
-        result = run_scenario(bench, scenario)
-    detail = "\n".join(result.leaks + result.lost + result.notes)
-    replay = replay_command(scenario, (None, None))
-    assert result.status == "CANCELLED" and result.ok, (
-        f"{scenario.describe()} -> {result.status}:\n{detail}\nreplay: {replay}")
 
 
 def test_a_lone_frozen_node_is_timed_out_by_its_caller(
@@ -67,15 +68,8 @@ def test_a_lone_frozen_node_is_timed_out_by_its_caller(
     ``capguard.CAP_GRACE_S`` and tears the node down (frozen processes included)."""
     from flow_sdk.client import capguard
 
-    monkeypatch.setenv("FLOW_HOME", str(tmp_path / "flow-home"))
-    scenario = draw(174)
+    scenario, result, replay = _replay(174, tmp_path, monkeypatch, "TIMED_OUT")
     assert (scenario.provider, scenario.nodes, scenario.kinds) == ("local", 1, ["sigstop-leader"])
-    with Bench(tmp_path / "chaos", sim=False) as bench:
-        result = run_scenario(bench, scenario)
-    detail = "\n".join(result.leaks + result.lost + result.notes)
-    replay = replay_command(scenario, (None, None))
-    assert result.status == "TIMED_OUT" and result.ok, (
-        f"{scenario.describe()} -> {result.status}:\n{detail}\nreplay: {replay}")
     assert result.terminal_s < capguard.CAP_GRACE_S + 30
 
 
@@ -85,16 +79,9 @@ def test_a_lone_frozen_simulated_node_ends_a_blocking_call(
     in ``.remote()``) hung in ``.remote()``'s wait for the nodes to come up, which polled a
     status that stayed PROVISIONING. Past the cap and its grace ``Task.status`` now reads
     TIMED_OUT, so every wait ends and the caller records it and tears the node down."""
-    monkeypatch.setenv("FLOW_HOME", str(tmp_path / "flow-home"))
-    scenario = draw(235)
+    scenario, result, replay = _replay(235, tmp_path, monkeypatch, "TIMED_OUT")
     assert (scenario.provider, scenario.nodes, scenario.kinds[0]) == (
         "aws-sim", 1, "sigstop-leader")
-    with Bench(tmp_path / "chaos", sim=True) as bench:
-        result = run_scenario(bench, scenario)
-    detail = "\n".join(result.leaks + result.lost + result.notes)
-    replay = replay_command(scenario, (None, None))
-    assert result.status == "TIMED_OUT" and result.ok, (
-        f"{scenario.describe()} -> {result.status}:\n{detail}\nreplay: {replay}")
 
 
 def test_a_launch_whose_caller_was_killed_gets_an_outcome_from_gc(
@@ -103,12 +90,5 @@ def test_a_launch_whose_caller_was_killed_gets_an_outcome_from_gc(
     everything the launch started, but nothing recorded how the task ended, so it read PENDING
     for ever (its client record is on this machine: no orphan). `flow gc` now records
     CANCELLED for a launch whose client stopped renewing its lease, once nothing of it runs."""
-    monkeypatch.setenv("FLOW_HOME", str(tmp_path / "flow-home"))
-    scenario = draw(47)
+    scenario, result, replay = _replay(47, tmp_path, monkeypatch, "CANCELLED")
     assert (scenario.provider, scenario.kinds[0]) == ("aws-sim", "caller-sigkill")
-    with Bench(tmp_path / "chaos", sim=True) as bench:
-        result = run_scenario(bench, scenario)
-    detail = "\n".join(result.leaks + result.lost + result.notes)
-    replay = replay_command(scenario, (None, None))
-    assert result.status == "CANCELLED" and result.ok, (
-        f"{scenario.describe()} -> {result.status}:\n{detail}\nreplay: {replay}")

@@ -1,6 +1,6 @@
 """``flow ui``: the local web dashboard (``flow_sdk.client.dashboard``).
 
-    flow ui                  # http://127.0.0.1:PORT/?token=... until Ctrl-C
+    flow ui                  # http://flow-<hex>.localhost:PORT/?token=... until Ctrl-C
     flow ui --port 8765 --open
 """
 
@@ -18,11 +18,13 @@ from flow_sdk.cli._main import main
                    "your tasks (a warning says so).")
 @click.option("--port", type=click.IntRange(0, 65535), default=0,
               help="Port to listen on (default: a free one).")
-@click.option("--open", "open_browser", is_flag=True, help="Open the page in your browser.")
+@click.option("--open", "open_browser", is_flag=True,
+              help="Open the page in your browser, through a page in FLOW_HOME only you can "
+                   "read (the token stays off the process list).")
 def ui(host: str, port: int, open_browser: bool) -> None:
     """Serve a web dashboard of this machine's tasks, pools and volumes: live status, node
-    phases, timelines, logs, errors, stacks and cancel. It prints its URL, with a random
-    token the page needs, and runs until Ctrl-C."""
+    phases, timelines, logs, errors, stacks and cancel. It prints its URL, with a host name
+    of its own under localhost and a random token the page needs, and runs until Ctrl-C."""
     from flow_sdk.client.dashboard.deps import require_web_packages
 
     require_web_packages()

@@ -58,7 +58,7 @@ def test_every_install_line_is_rendered_by_the_one_helper() -> None:
 def test_every_package_a_hint_names_is_a_real_distribution() -> None:
     named = {name for _, names in _hint_calls() for name in names}
     assert named == {"paramiko", "boto3", "torch", "xgboost", "moto[server]", "awscli",
-                     "starlette", "uvicorn", "sse-starlette"}
+                     "starlette", "uvicorn", "sse-starlette", "jinja2"}
     for name in named:  # installed in the dev environment from the index, by this name
         assert importlib.metadata.version(name.split("[")[0]), name
     providers = __import__("flow_sdk.providers", fromlist=["_PACKAGES"])

@@ -9,7 +9,7 @@ from flow_sdk.errors import FlowError, install_hint
 
 # import name -> distribution name on the package index
 WEB_PACKAGES: dict[str, str] = {"starlette": "starlette", "uvicorn": "uvicorn",
-                                "sse_starlette": "sse-starlette"}
+                                "sse_starlette": "sse-starlette", "jinja2": "jinja2"}
 
 
 class DashboardUnavailableError(FlowError):
@@ -33,4 +33,4 @@ def require_web_packages() -> None:
     """Raise ``DashboardUnavailableError`` naming the install line when one is missing."""
     if missing_packages():
         raise DashboardUnavailableError(install_hint(
-            "flow ui", "starlette", "uvicorn", "sse-starlette"))
+            "flow ui", "starlette", "uvicorn", "sse-starlette", "jinja2"))

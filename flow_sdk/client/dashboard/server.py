@@ -1,12 +1,11 @@
 """The dashboard's routes (Starlette) and ``serve``: bind a loopback address, print the URL
-with its token, answer until Ctrl-C.
+(a host name of this run's own, and the token), answer until Ctrl-C.
 
 Imported only once ``deps.require_web_packages`` passed: it imports the web packages."""
 
 from __future__ import annotations
 
 import socket
-import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qsl
@@ -21,7 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from flow_sdk.client.dashboard import auth, pages, streams, views
+from flow_sdk.client.dashboard import auth, opener, pages, policy, streams, views
 from flow_sdk.client.dashboard.taskpage import task_page
 from flow_sdk.client.stacks import Stacks
 from flow_sdk.client.tasklogs import LOG_SOURCES
@@ -56,10 +55,11 @@ async def _form_token(request: Request) -> str | None:
 
 
 class Dashboard:
-    """The routes; ``token`` is the one the URL carries."""
+    """The routes; ``token`` is the one the URL carries, ``host`` the ``Host`` header every
+    request must carry (``None``: any)."""
 
-    def __init__(self, token: str) -> None:
-        self.token = token
+    def __init__(self, token: str, host: str | None) -> None:
+        self.token, self.host = token, host
 
     async def tasks(self, request: Request) -> Response:
         app = request.query_params.get("app") or None
@@ -155,12 +155,14 @@ class Dashboard:
             Route("/events/logs/{task_id}", self.log_events),
             Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
         ]
-        return Starlette(routes=routes,
-                         middleware=[Middleware(auth.TokenGate, token=self.token)])
+        return Starlette(routes=routes, middleware=[
+            Middleware(policy.SecurityHeaders),
+            Middleware(auth.TokenGate, token=self.token, host=self.host,
+                       landing=lambda location: pages.landing_page(location).encode())])
 
 
-def build_app(token: str) -> Starlette:
-    return Dashboard(token).app()
+def build_app(token: str, host: str | None) -> Starlette:
+    return Dashboard(token, host).app()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -187,10 +189,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket, token: str) -> str:
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/?{auth.QUERY}={token}"
+def url_of(name: str, port: int, token: str) -> str:
+    return f"http://{name}:{port}/?{auth.QUERY}={token}"
 
 
 def serve(host: str, port: int, open_browser: bool, say: Callable[[str], None],
@@ -198,19 +198,27 @@ def serve(host: str, port: int, open_browser: bool, say: Callable[[str], None],
     """Serve the dashboard until SIGINT or SIGTERM (uvicorn re-raises the signal after its
     graceful shutdown, so Ctrl-C ends in ``KeyboardInterrupt`` as everywhere else)."""
     sock = bind(host, port)
-    warning = auth.host_warning(host)
-    if warning is not None:
-        warn(warning)
+    address, bound_port = sock.getsockname()[:2]
+    name = auth.page_host(address)
+    for warning in (auth.host_warning(host), auth.cookie_warning(address, name)):
+        if warning is not None:
+            warn(warning)
     token = auth.new_token()
-    url = url_of(sock, token)
+    url = url_of(name, bound_port, token)
     say(f"flow ui: serving on {url}")
     say("flow ui: open that URL (it holds the token); Ctrl-C stops the server")
-    if open_browser:
-        webbrowser.open(url)
-    config = uvicorn.Config(build_app(token), log_level="warning", access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=1)
+    redirect = None
     try:
+        if open_browser:
+            redirect = opener.write_redirect(url)
+            if not opener.open_page(redirect):
+                warn("found no browser to open; open the URL above")
+        config = uvicorn.Config(build_app(token, auth.expected_host(address, name, bound_port)),
+                                log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=1)
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
+        if redirect is not None:
+            redirect.unlink(missing_ok=True)
 

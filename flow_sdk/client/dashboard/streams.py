@@ -1,6 +1,7 @@
 """The dashboard's server-sent events. Each stream is an async generator of events for
 ``sse_starlette``: ``html`` (``{"id": ELEMENT, "html": ...}``: replace that element's
-content), ``lines`` (log lines, ``[[node, rank, kind, line], ...]``) and ``end`` (the task
+content with markup the templates rendered on the server), ``lines`` (log lines as data,
+which the page writes as text: ``[[node, rank, kind, line], ...]``) and ``end`` (the task
 ended: nothing more will come, the page closes the stream)."""
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from anyio import to_thread
+from markupsafe import Markup
 
-from flow_sdk.client.dashboard.pages import task_rows_html
+from flow_sdk.client.dashboard.pages import note, task_rows_html
 from flow_sdk.client.dashboard.svg import legend, render_svg
 from flow_sdk.client.dashboard.taskpage import state_html
 from flow_sdk.client.dashboard.views import TaskRows, describe, task_state, task_timeline
@@ -25,7 +27,7 @@ TASKS_POLL_S = 1.0
 TASK_POLL_S = 0.5
 
 
-def html_event(element: str, html: str) -> Event:
+def html_event(element: str, html: Markup) -> Event:
     return {"event": "html", "data": json.dumps({"id": element, "html": html})}
 
 
@@ -44,26 +46,26 @@ async def tasks_events(app: str | None, status: str | None) -> AsyncIterator[Eve
         await asyncio.sleep(TASKS_POLL_S)
 
 
-def timeline_html(task: Task) -> tuple[str, str]:
+def timeline_html(task: Task) -> tuple[Markup, Markup]:
     """(the timeline's SVG, its legend), or a note saying why it cannot be read."""
     try:
         timeline = task_timeline(task)
     except FlowError as exc:
-        return f'<p class="error">timeline: {describe(exc)}</p>', ""
+        return note(f"timeline: {describe(exc)}"), Markup()
     return render_svg(timeline), legend(timeline)
 
 
-def _state(task: Task) -> tuple[str, bool]:
+def _state(task: Task) -> tuple[Markup, bool]:
     try:
         state = task_state(task)
     except FlowError as exc:
-        return f'<p class="error">{describe(exc)}</p>', False
+        return note(describe(exc)), False
     return state_html(state), state.ended
 
 
 async def task_events(task: Task) -> AsyncIterator[Event]:
     """The task's live state and timeline whenever they change, until it has ended."""
-    sent: dict[str, str] = {}
+    sent: dict[str, Markup] = {}
     while True:
         state, ended = await to_thread.run_sync(_state, task)
         svg, key = await to_thread.run_sync(timeline_html, task)

@@ -1,11 +1,15 @@
 """A task's timeline (``flow_sdk.client.timeline.Timeline``) drawn as SVG on the server: one
 row per node, one bar per phase from the previous phase to it, on a shared time axis from
-the request; each bar's title says the phase and its seconds. Pure: no I/O."""
+the request; each bar's title says the phase and its seconds. ``drawing`` computes where
+each thing goes (pure); the template ``timeline.svg`` writes it, escaping every value."""
 
 from __future__ import annotations
 
-from html import escape
+from dataclasses import dataclass
 
+from markupsafe import Markup
+
+from flow_sdk.client.dashboard.render import render
 from flow_sdk.client.timeline import Timeline
 from flow_sdk.wire.timeline import NodeTimeline
 
@@ -32,6 +36,42 @@ def phase_colour(phase: str) -> str:
     return PHASE_COLOURS.get(phase, GENERATION_COLOUR)
 
 
+@dataclass(frozen=True)
+class Tick:
+    x: float
+    label: str
+
+
+@dataclass(frozen=True)
+class NodeLabel:
+    y: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Bar:
+    node: str
+    phase: str
+    x: float
+    y: int
+    width: float
+    colour: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Drawing:
+    task_id: str
+    width: int
+    height: int
+    grid_top: int
+    tick_y: int
+    bar_h: int
+    ticks: list[Tick]
+    labels: list[NodeLabel]
+    bars: list[Bar]
+
+
 def _segments(node: NodeTimeline, origin: float) -> list[tuple[str, float, float]]:
     """(phase, start, end) in seconds from ``origin``: each phase's bar runs from the node's
     previous phase (``requested`` first) to it; a clock that went back draws nothing."""
@@ -50,43 +90,39 @@ def _node_label(node: NodeTimeline) -> str:
     return "node ?" if node.node is None else f"node {node.node}"
 
 
-def render_svg(timeline: Timeline) -> str:
-    """The timeline as an ``<svg>`` element; a task with no node yet gets a one-line note."""
+def drawing(timeline: Timeline) -> Drawing | None:
+    """Where every tick, label and bar of the timeline goes; ``None`` with no node yet."""
     nodes = sorted(timeline.nodes, key=lambda n: (n.node is None, n.node or 0, n.instance_id))
     if not nodes:
-        return '<p class="muted">no node has reported a phase yet</p>'
+        return None
     rows = [(n, _segments(n, timeline.requested_at)) for n in nodes]
     span = max((end for _, segs in rows for _, _, end in segs), default=0.0) or 1.0
     plot_w = WIDTH - LABEL_W - 30  # room for the last tick's label
     height = AXIS_H + ROW_H * len(rows)
-    parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
-             f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
-             f'aria-label="timeline of task {escape(timeline.task_id)}">']
-    for i in range(TICKS + 1):
-        x = LABEL_W + plot_w * i / TICKS
-        parts.append(f'<line x1="{x:.1f}" y1="{AXIS_H - 6}" x2="{x:.1f}" y2="{height}" '
-                     'class="grid"/>')
-        parts.append(f'<text x="{x:.1f}" y="{AXIS_H - 10}" class="tick">'
-                     f'{span * i / TICKS:.{2 if span < 2 else 1}f}s</text>')
+    ticks = [Tick(round(LABEL_W + plot_w * i / TICKS, 1),
+                  f"{span * i / TICKS:.{2 if span < 2 else 1}f}s") for i in range(TICKS + 1)]
+    labels, bars = [], []
     for index, (node, segments) in enumerate(rows):
         y = AXIS_H + index * ROW_H
-        parts.append(f'<text x="4" y="{y + BAR_H - 2}" class="node-label">'
-                     f'{escape(_node_label(node))}</text>')
+        labels.append(NodeLabel(y + BAR_H - 2, _node_label(node)))
         for phase, start, end in segments:
-            x = LABEL_W + plot_w * start / span
-            w = max(plot_w * (end - start) / span, 1.0)
-            parts.append(
-                f'<rect class="bar" data-node="{escape(str(node.node))}" '
-                f'data-phase="{escape(phase)}" x="{x:.1f}" y="{y}" width="{w:.1f}" '
-                f'height="{BAR_H}" fill="{phase_colour(phase)}"><title>'
-                f'{escape(_node_label(node))} {escape(phase)}: {end - start:.2f}s '
-                f'(at {end:.2f}s)</title></rect>')
-    parts.append("</svg>")
-    return "".join(parts)
+            bars.append(Bar(
+                str(node.node), phase, round(LABEL_W + plot_w * start / span, 1), y,
+                round(max(plot_w * (end - start) / span, 1.0), 1), phase_colour(phase),
+                f"{_node_label(node)} {phase}: {end - start:.2f}s (at {end:.2f}s)"))
+    return Drawing(timeline.task_id, WIDTH, height, AXIS_H - 6, AXIS_H - 10, BAR_H, ticks,
+                   labels, bars)
 
 
-def legend(timeline: Timeline) -> str:
+def render_svg(timeline: Timeline) -> Markup:
+    """The timeline as an ``<svg>`` element; a task with no node yet gets a one-line note."""
+    found = drawing(timeline)
+    if found is None:
+        return render("note.html", text="no node has reported a phase yet", cls="muted")
+    return render("timeline.svg", d=found)
+
+
+def legend(timeline: Timeline) -> Markup:
     """The phases drawn, each with its colour, as HTML."""
     seen = dict.fromkeys(p for n in timeline.nodes for p, _ in n.ordered() if p != "requested")
-    return "".join(f'<span class="legend"><i style="background:{phase_colour(p)}"></i>'
-                   f"{escape(p)}</span>" for p in seen)
+    return render("legend.html", swatches=[(p, phase_colour(p)) for p in seen])

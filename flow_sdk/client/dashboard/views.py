@@ -10,13 +10,13 @@ from typing import Any
 
 from flow_sdk.client.overview import PoolRow, TaskRow, pool_rows, status_data, task_row
 from flow_sdk.client.records import list_client_records, load_client_record
-from flow_sdk.client.stacks import Stacks, task_stalls
+from flow_sdk.client.stacks import Stacks, sealed_dump, task_stalls
 from flow_sdk.client.task import Task
 from flow_sdk.client.timeline import Timeline
 from flow_sdk.errors import FlowError, RemoteTraceback
 from flow_sdk.providers.base import VolumeInfo
 from flow_sdk.volumes.api import list_volumes
-from flow_sdk.wire.stacks import StackDump, StallRecord, stack_dump_key
+from flow_sdk.wire.stacks import StackDump, StallRecord
 
 TASK_LIST_LIMIT = 200
 
@@ -118,12 +118,8 @@ def stall_views(task: Task) -> list[StallView]:
     world = task.spec.world_size
     views = []
     for stall in stalls:
-        dumps = []
-        for rank in range(world):
-            raw = task.store.get_record(stack_dump_key(task.task_id, stall.stacks_request, rank))
-            if raw is not None:
-                dumps.append(StackDump.from_json(raw))
-        views.append(StallView(stall, dumps))
+        found = (sealed_dump(task, stall.stacks_request, rank) for rank in range(world))
+        views.append(StallView(stall, [dump for dump in found if dump is not None]))
     return views
 
 

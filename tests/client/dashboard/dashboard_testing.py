@@ -1,17 +1,22 @@
-"""Helpers of the dashboard tests: ``flow ui`` as a real subprocess, the sockets it listens
-on (read from /proc), and the system's Chromium under Playwright."""
+"""Helpers of the dashboard tests: ``flow ui`` as a real subprocess, HTTP to it by the host
+name its URL gives, the sockets it listens on (read from /proc), a second loopback server
+that records what reaches it, and the system's Chromium under Playwright."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import os
 import select
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -37,6 +42,17 @@ class Ui:
     def token(self) -> str:
         return self.url.rsplit("token=", 1)[1]
 
+    @property
+    def host(self) -> str:
+        """``NAME:PORT``, as the URL gives it (the ``Host`` header the server wants)."""
+        return urlsplit(self.url).netloc
+
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.url).port
+        assert port is not None, self.url
+        return port
+
     def stop(self) -> int:
         """SIGINT, as Ctrl-C sends it; its exit code. Killed (and the test failed by the
         caller's check) only if it did not exit within 10 s."""
@@ -50,11 +66,12 @@ class Ui:
         return self.proc.returncode
 
 
-def start_ui(home: Path, *args: str, timeout: float = 30.0) -> Ui:
-    """``flow ui ARGS`` with ``FLOW_HOME=home``, once it printed its URL."""
+def start_ui(home: Path, *args: str, timeout: float = 30.0,
+             env: dict[str, str] | None = None) -> Ui:
+    """``flow ui ARGS`` with ``FLOW_HOME=home`` (and ``env``), once it printed its URL."""
     proc = subprocess.Popen([FLOW, "ui", *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "FLOW_HOME": str(home)})
+                            env={**os.environ, **(env or {}), "FLOW_HOME": str(home)})
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -68,6 +85,85 @@ def start_ui(home: Path, *args: str, timeout: float = 30.0) -> Ui:
     proc.kill()
     _, err = proc.communicate(timeout=10)
     raise AssertionError(f"flow ui printed no URL within {timeout}s: {err}")
+
+
+@dataclass
+class Answer:
+    status: int
+    body: str
+    headers: http.client.HTTPMessage
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+
+def request(ui: Ui, path: str, headers: dict[str, str] | None = None, method: str = "GET",
+            body: str | None = None, host: str | None = None) -> Answer:
+    """One request to the server on 127.0.0.1 (this machine's resolver may not know
+    ``*.localhost``), naming ``host`` in its ``Host`` header (the URL's by default)."""
+    conn = http.client.HTTPConnection("127.0.0.1", ui.port, timeout=10)
+    try:
+        conn.request(method, path, body=body,
+                     headers={"Host": host or ui.host, **(headers or {})})
+        response = conn.getresponse()
+        return Answer(response.status, response.read().decode(), response.headers)
+    finally:
+        conn.close()
+
+
+@dataclass
+class Seen:
+    """One request a ``Recorder`` received: its path and headers (names lowercased)."""
+
+    path: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Recorder:
+    """A second HTTP server on 127.0.0.1 (another port), in a thread of this process: it
+    answers every GET with a short page and records what reached it. ``close`` stops it."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        seen = self.seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+                seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}))
+                body = (b"<!doctype html><link rel=icon href='data:,'><title>other server</title>"
+                        b"<p id=other>other</p>")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                return  # what reached it is in ``seen``, not on stderr
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+        assert not self._thread.is_alive()
+
+
+def command_lines_holding(text: str) -> dict[int, str]:
+    """Every process whose command line holds ``text``: ``{pid: command line}``."""
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue  # the process ended meanwhile
+        if text in line:
+            found[int(cmdline.parent.name)] = line
+    return found
 
 
 def _socket_inodes(pid: int) -> set[str]:

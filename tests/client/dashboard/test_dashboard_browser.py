@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dashboard_testing import FLOW, SCREENSHOTS, Ui, alive, launch_chromium, start_ui
+from dashboard_testing import FLOW, SCREENSHOTS, Ui, alive, start_ui
 from flow_testing import processes_with_env, wait_until
 
 from flow_sdk import Task, TaskStatus
@@ -75,22 +75,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         ui.stop()
         subprocess.run([FLOW, "cancel", task_id], capture_output=True, timeout=120, env=env,
                        stdin=subprocess.DEVNULL, check=False)
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """Chromium under Playwright, started with a FLOW_HOME of its own (the driver and the
-    browser inherit it), so no test's check of its own FLOW_HOME's processes counts them."""
-    from playwright.sync_api import sync_playwright
-
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("FLOW_HOME", str(tmp_path_factory.mktemp("browser-home")))
-        with sync_playwright() as playwright:
-            chromium = launch_chromium(playwright)
-            try:
-                yield chromium
-            finally:
-                chromium.close()  # type: ignore[attr-defined]
 
 
 def test_a_running_task_seen_followed_and_cancelled_in_the_browser(

@@ -11,8 +11,14 @@ whose nodes did not stop; live pools are left alone. Providers reclaim what a
 task left (``Provider.gc``), told which tasks this module judged ended; they never decide how
 a task ended.
 
+Whether a task has ended is answered here only, and only from what is sealed with the task's
+secret (``ended``): an object a store writer put there without the secret never ends a task, a
+pool or a launch. Where the secret is not at hand (``ended_here`` on a machine that did not
+launch the task) the answer is "it may be live", and nothing of the task is reclaimed.
+
 This module imports the wire layer (``flow_sdk.wire``), the client's task secrets and the providers'
-interface only; the client (``task``, ``app``, ``cli``) and the node agent call it.
+interface only; the client (``task``, ``app``, ``cli``), the node agent, the pool daemon and the
+node-side volume step call it.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from collections.abc import Collection
 
 from flow_sdk import poolfiles, tasksecrets, wire
 from flow_sdk.errors import RecordError, SignatureError
-from flow_sdk.wire import LaunchLease, Outcome, TaskStatus
-from flow_sdk.providers.base import GcReport, Provider
+from flow_sdk.wire import LaunchLease, Outcome, TaskRecord, TaskStatus
+from flow_sdk.providers.base import GcReport, ObjectStore, Provider
+from flow_sdk.providers.objects_gc import ObjectsReport, remove_finished_tasks
 from flow_sdk.wire.pools import MemberRecord, PoolRecord, members_prefix, pool_key
 from flow_sdk.wire.signing import SignedStore
 
 PAST_IDLE_STOP_S = 120.0  # a pool node this long past its idle stop should have stopped
+RUNTIME_GRACE_S = 3600.0  # past max_run_time_hours by this much, gc counts a task as ended
 
 ORPHANED = "no client record on this machine (the task is recorded CANCELLED)"
 ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded CANCELLED)"
@@ -68,6 +76,60 @@ def _valid_outcome(store: SignedStore, key: str, raw: bytes | None = None) -> Ou
     except SignatureError:
         return None
     return Outcome.from_json(raw) if raw is not None else None
+
+
+# -- has it ended: the one check ---------------------------------------------------------------
+
+def ended(store: SignedStore, task_id: str) -> Outcome | None:
+    """The one answer to "has this task ended?": its outcome when one is sealed with the
+    task's secret (``store``), else None: it may be live. A forged or junk outcome is passed
+    over; a sealed one of another version counts as "may be live" too (it cannot be read).
+    Every check in the package that acts on a task's end goes through here."""
+    try:
+        return outcome_of(store, task_id)
+    except RecordError:
+        return None
+
+
+def ended_here(store: ObjectStore, task_id: str) -> Outcome | None:
+    """``ended`` through this machine's copy of the task's secret (``tasksecrets``: the tasks
+    launched here); None, "it may be live", where this machine holds none."""
+    if not task_id or not tasksecrets.has_task_secret(task_id):
+        return None
+    return ended(SignedStore(store, tasksecrets.load_task_secret(task_id)), task_id)
+
+
+def launch_lease(store: SignedStore, task_id: str) -> LaunchLease | None:
+    """The task's launch lease when it is sealed with the task's secret (the launching
+    provider seals it), else None: an unsealed or junk lease says nothing. Once this machine's
+    launch ended, its own note of how (``tasksecrets.launch_end``) gives the state: a store
+    writer may put back an older sealed "launching" lease, never that note."""
+    try:
+        raw = store.get_record(wire.launch_lease_key(task_id))
+        lease = None if raw is None else LaunchLease.from_json(raw)
+    except (SignatureError, RecordError):
+        lease = None
+    end = tasksecrets.launch_end(task_id)
+    if end is None or lease is not None and lease.state == end:
+        return lease
+    return LaunchLease(end, 0.0 if lease is None else lease.renewed_at,
+                       0.0 if lease is None else lease.ttl_s, "this machine")
+
+
+def _sealed_record(store: SignedStore, task_id: str) -> TaskRecord | None:
+    try:
+        raw = store.get_record(wire.task_key(task_id))
+        return None if raw is None else TaskRecord.from_json(raw)
+    except (SignatureError, RecordError):
+        return None
+
+
+def _past_cap(record: TaskRecord, now: float) -> bool:
+    """Whether the task (by its sealed record) is ``RUNTIME_GRACE_S`` past its runtime cap."""
+    cap = record.spec.get("max_run_time_hours")
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)):
+        return False
+    return now > record.created_at + float(cap) * 3600 + RUNTIME_GRACE_S
 
 
 # -- judgements: the outcome each way of ending gets ----------------------------------------
@@ -124,26 +186,54 @@ def orphaned(now: float | None = None) -> Outcome:
 
 # -- gc: which tasks ended, then the provider reclaims ----------------------------------------
 
-def signed_ends(provider: Provider) -> tuple[dict[str, str], list[str]]:
-    """The tasks this machine launched (it holds their secret) in ``provider``'s store: those
-    with a valid outcome, with why their leftovers may go, and the ids of the others. An
-    outcome without the task's MAC is passed over, so a forgery in the store never makes
-    ``flow gc`` reclaim a running task (providers hold no secret and never read outcomes)."""
-    ended: dict[str, str] = {}
+def signed_ends(provider: Provider, now: float | None = None
+                ) -> tuple[dict[str, str], list[str]]:
+    """The tasks this machine launched (it holds their secret) in ``provider``'s store that
+    ended, with why their leftovers may go, and the ids of those with no sealed outcome. Only
+    what is sealed with the task's secret counts: its outcome (``ended``), its launch lease
+    (``unreported_end``) and its record's runtime cap; a forgery in the store never makes
+    ``flow gc`` reclaim a running task (providers hold no secret and never judge an end)."""
+    now = time.time() if now is None else now
+    found: dict[str, str] = {}
     running: list[str] = []
     for task_id in tasksecrets.task_secret_ids():
         if not provider.store.exists(wire.task_key(task_id)):
             continue
         store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
-        try:
-            outcome = outcome_of(store, task_id)
-        except RecordError:
-            outcome = None  # a signed record of another version: judged by what else is known
-        if outcome is None:
-            running.append(task_id)
-        else:
-            ended[task_id] = f"task ended {outcome.status}"
-    return ended, running
+        outcome = ended(store, task_id)
+        if outcome is not None:
+            found[task_id] = f"task ended {outcome.status}"
+            continue
+        running.append(task_id)
+        why = unreported_end(provider, store, task_id, now)
+        if why is not None:
+            found[task_id] = why
+    return found, running
+
+
+def unreported_end(provider: Provider, store: SignedStore, task_id: str, now: float
+                   ) -> str | None:
+    """Why a task with no outcome has ended all the same, from its sealed records and the
+    provider's own view, else None: its launch was rolled back, or cut short (its launching
+    client stopped renewing the lease), or its gang launched and no instance of it is up any
+    more, or it is ``RUNTIME_GRACE_S`` past its runtime cap."""
+    lease = launch_lease(store, task_id)
+    if lease is not None and lease.state == "rolled-back":
+        return "its launch ended without a gang and was rolled back"
+    if lease is not None and lease.state == "launching" and lease.stale(now):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease.renewed_at))
+        return (f"its launch was cut short: the launching client ({lease.holder}) last "
+                f"renewed its launch lease at {when}")
+    if lease is not None and lease.state == "launched" and not _up(provider, task_id):
+        return "its gang launched and no instance of it is up any more"
+    record = _sealed_record(store, task_id)
+    if record is not None and _past_cap(record, now):
+        return "task is past its max_run_time_hours and wrote no outcome"
+    return None
+
+
+def _up(provider: Provider, task_id: str) -> bool:
+    return any(i.state != "terminated" for i in provider.list_instances(task_id))
 
 
 def orphans(provider: Provider, known: Collection[str], running: Collection[str]
@@ -151,8 +241,7 @@ def orphans(provider: Provider, known: Collection[str], running: Collection[str]
     """Of ``running`` (``signed_ends``: tasks this machine launched, with no valid outcome),
     those that no client record names any more (``known``: the task ids that have one) and
     that still have a node up."""
-    return [task_id for task_id in running if task_id not in known
-            and any(i.state != "terminated" for i in provider.list_instances(task_id))]
+    return [task_id for task_id in running if task_id not in known and _up(provider, task_id)]
 
 
 def leftover_pools(provider: Provider, now: float | None = None) -> dict[str, str]:
@@ -213,42 +302,49 @@ def collect(provider: Provider, known: Collection[str], *, dry_run: bool = False
     (``leftover_pools``) left, then record CANCELLED for each launch whose client left it
     (``_launch_left``). With ``dry_run`` nothing is recorded or reclaimed."""
     pools = leftover_pools(provider)
-    ended, running = signed_ends(provider)
-    ended.update(pools)
+    doomed, running = signed_ends(provider)
+    doomed.update(pools)
     for task_id in orphans(provider, known, running):
         if dry_run:
-            ended[task_id] = ORPHANED_DRY_RUN
+            doomed[task_id] = ORPHANED_DRY_RUN
             continue
         store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
         if record_outcome(store, task_id, orphaned()):
-            ended[task_id] = ORPHANED
-    report = provider.gc(dry_run=dry_run, ended=ended)
+            doomed[task_id] = ORPHANED
+    report = provider.gc(dry_run=dry_run, ended=doomed)
     if not dry_run:
         for task_id in running:  # what the provider reclaimed of a launch its client left
-            why = _launch_left(provider, task_id)
+            store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
+            why = _launch_left(provider, store, task_id)
             if why is not None:
-                store = SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
                 record_outcome(store, task_id, launch_left(why))
         for pool_id in pools:
             forget_pool(pool_id)
     return report
 
 
-def _launch_left(provider: Provider, task_id: str, now: float | None = None) -> str | None:
+def _launch_left(provider: Provider, store: SignedStore, task_id: str,
+                 now: float | None = None) -> str | None:
     """Why the task's launch ended without its client (killed mid-launch, or gone after a
-    rollback) once none of its nodes is up, else None. The lease is no record of the task's
-    own, so it counts only with every node gone: it never ends a running task."""
-    raw = provider.store.get(wire.launch_lease_key(task_id))
-    try:
-        lease = None if raw is None else LaunchLease.from_json(raw)
-    except RecordError:
-        return None
+    rollback) once none of its nodes is up, else None. Only a lease sealed with the task's
+    secret counts, and only with every node gone: it never ends a running task."""
+    lease = launch_lease(store, task_id)
     if lease is None or not (lease.state == "rolled-back" or lease.state == "launching"
                              and lease.stale(time.time() if now is None else now)):
         return None
-    if any(i.state != "terminated" for i in provider.list_instances(task_id)):
+    if _up(provider, task_id):
         return None
     if lease.state == "rolled-back":
         return "its launch was rolled back and its client never said how it ended"
     return (f"its launching client ({lease.holder}) stopped renewing its launch lease: it "
             "was killed mid-launch")
+
+
+def remove_finished_objects(provider: Provider, older_than_s: float, *,
+                            dry_run: bool = False) -> ObjectsReport:
+    """``flow gc --older-than``: remove the stored objects of the tasks whose sealed outcome
+    (``ended_here``) is older than ``older_than_s``; a task this machine cannot check (no
+    secret here) may be live and keeps every object."""
+    return remove_finished_tasks(provider.store, older_than_s,
+                                 lambda task_id: ended_here(provider.store, task_id),
+                                 dry_run=dry_run)

@@ -2,6 +2,9 @@
 
 The secret never enters a store (``flow_sdk.wire.signing``); keeping it here lets
 ``Task.from_id`` and ``flow gc`` in another process of the same user check what they read.
+Beside it, how this machine's launch of the task ended (``launched`` or ``rolled-back``): a
+store writer can put back an older sealed "launching" lease, but cannot touch this file, so
+``flow_sdk.lifecycle`` never takes a replayed lease for a launch cut short.
 """
 
 from __future__ import annotations
@@ -28,6 +31,27 @@ def save_task_secret(task_id: str, secret_hex: str) -> None:
         fh.write(secret_hex)
 
 
+def _launch_end_path(task_id: str) -> Path:
+    return flow_home() / "secrets" / f"{task_id}.launch"
+
+
+def save_launch_end(task_id: str, state: str) -> None:
+    """Remember on this machine how its launch of ``task_id`` ended (``launched`` or
+    ``rolled-back``), beside the task's secret."""
+    path = _launch_end_path(task_id)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(state)
+
+
+def launch_end(task_id: str) -> str | None:
+    """How this machine's launch of ``task_id`` ended, or None while it has not said (the
+    launch still runs, or its client was killed mid-launch)."""
+    path = _launch_end_path(task_id)
+    return path.read_text().strip() if path.is_file() else None
+
+
 def has_task_secret(task_id: str) -> bool:
     return _secret_path(task_id).is_file()
 
@@ -48,5 +72,6 @@ def load_task_secret(task_id: str) -> bytes:
 
 
 def remove_task_secret(task_id: str) -> None:
-    """Forget a secret (a pool's, once the pool is down)."""
+    """Forget a secret (a pool's, once the pool is down), and how its launch ended."""
     _secret_path(task_id).unlink(missing_ok=True)
+    _launch_end_path(task_id).unlink(missing_ok=True)

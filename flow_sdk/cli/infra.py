@@ -17,7 +17,6 @@ from flow_sdk.cli._options import F, backend, provider_config_of, spec_kwargs, s
 from flow_sdk.cli._output import emit_json, table
 from flow_sdk.errors import FieldProblem, FlowError, ValidationError, install_hint
 from flow_sdk.providers import available_providers, get_provider
-from flow_sdk.providers.objects_gc import remove_finished_tasks
 from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.client.records import list_client_records
 from flow_sdk.poolfiles import list_pool_files
@@ -133,7 +132,8 @@ def gc(providers: tuple[str, ...], dry_run: bool, older_than_s: float | None,
             click.echo(str(report))
         if older_than_s is not None:
             try:
-                objects = remove_finished_tasks(backend.store, older_than_s, dry_run=dry_run)
+                objects = lifecycle.remove_finished_objects(backend, older_than_s,
+                                                            dry_run=dry_run)
             except FlowError as exc:
                 failed = True
                 _gc_failed(reports, name, exc, as_json)

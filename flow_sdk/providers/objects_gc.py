@@ -2,26 +2,28 @@
 --older-than``), rather than when the store's own expiry (on AWS, the bucket's lifecycle rule)
 gets to them.
 
-A task is finished when its outcome record is in the store; its age counts from the outcome's
-``finished_at``. A task without an outcome is running (or being launched): nothing of it is
-touched, however old. Where this machine holds the task's secret (it launched the task), the
-outcome's MAC must check out too, so a forged outcome cannot get a running task's objects
-removed. Everything under the task's folder (record, results, errors, membership, node
-records) goes, then the payloads that only removed tasks named: a payload that a remaining
-task's record names stays. Payloads are shared by content, and a launch stores one only when it
-is missing: a launch of the very same function and arguments whose record is not yet written
-while this runs can lose its payload, and its nodes then fail the task naming it.
+A task is finished when ``flow_sdk.lifecycle`` says so (``ended``: its outcome sealed with the
+task's secret, which only the machine that launched it holds); its age counts from the
+outcome's ``finished_at``. Any other task may be running (or being launched): nothing of it is
+touched, however old, and the report says why it stays. An outcome a store writer put there
+without the secret, or one this machine cannot check, never gets a task's objects removed.
+Everything under the task's folder (record, results, errors, membership, node records) goes,
+then the payloads that only removed tasks named: a payload that a remaining task's record names
+stays. Payloads are shared by content, and a launch stores one only when it is missing: a
+launch of the very same function and arguments whose record is not yet written while this runs
+can lose its payload, and its nodes then fail the task naming it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from flow_sdk import tasksecrets, wire
-from flow_sdk.wire import signing
-from flow_sdk.errors import RecordError, SignatureError
+from flow_sdk import wire
+from flow_sdk.errors import RecordError
 from flow_sdk.wire import Outcome, TaskRecord
+from flow_sdk.wire.pools import pool_key
 from flow_sdk.providers.base import ObjectStore
 
 TASKS_FOLDER = "tasks/"
@@ -54,54 +56,51 @@ def task_ids(store: ObjectStore) -> list[str]:
     return sorted(i for i in ids if i)
 
 
-def finished_at(store: ObjectStore, task_id: str) -> tuple[float | None, str]:
-    """When the task finished (None while it runs or when its outcome cannot be trusted),
-    and why."""
-    key = wire.outcome_key(task_id)
-    raw = store.get(key)
-    if raw is None:
-        return None, "no outcome: running or being launched"
-    try:
-        if tasksecrets.has_task_secret(task_id):
-            signing.open_record(tasksecrets.load_task_secret(task_id), key, raw)
-        outcome = Outcome.from_json(raw)
-    except (SignatureError, RecordError) as exc:
-        return None, f"its outcome is not the task's own: {exc}"
-    return outcome.finished_at, f"finished {outcome.status}"
-
-
-def _payloads_of(store: ObjectStore, task_id: str) -> tuple[str, ...]:
-    """The payloads (the call's arguments and code) the task's record names."""
+def _payloads_of(store: ObjectStore, task_id: str) -> tuple[str, ...] | None:
+    """The payloads (the call's arguments and code) the task's record names; () for a pool
+    (its tasks keep theirs in its folder); None when that cannot be known (no record, or one
+    that does not parse)."""
     raw = store.get(wire.task_key(task_id))
     if raw is None:
-        return ()
+        return () if store.exists(pool_key(task_id)) else None
     try:
-        return TaskRecord.from_json(raw).digests
+        digests = TaskRecord.from_json(raw).digests
     except RecordError:
-        return ()
+        return None
+    return digests if all(isinstance(d, str) for d in digests) else None
 
 
-def remove_finished_tasks(store: ObjectStore, older_than_s: float, *, dry_run: bool = False,
+UNCHECKED = ("no outcome sealed with a secret this machine holds: running, being launched, "
+             "or launched elsewhere")
+
+
+def remove_finished_tasks(store: ObjectStore, older_than_s: float,
+                          ended: Callable[[str], Outcome | None], *, dry_run: bool = False,
                           now: float | None = None) -> ObjectsReport:
     """Remove the objects of tasks that finished more than ``older_than_s`` seconds before
-    ``now`` (see the module docstring); with ``dry_run`` only report them."""
+    ``now`` (see the module docstring); with ``dry_run`` only report them. ``ended`` is
+    ``flow_sdk.lifecycle``'s judgement of a task: its sealed outcome, or None while it may
+    be live."""
     now = time.time() if now is None else now
     report = ObjectsReport(dry_run, older_than_s)
     removed: set[str] = set()
     kept_payloads: set[str] = set()
+    unknown = False  # a task that stays names payloads no record says: keep every payload
     for task_id in task_ids(store):
-        ended, why = finished_at(store, task_id)
+        outcome = ended(task_id)
         payloads = _payloads_of(store, task_id)
-        if ended is None or now - ended < older_than_s:
-            report.kept[task_id] = why if ended is None else f"{why} {now - ended:.0f}s ago"
-            kept_payloads.update(payloads)
+        if outcome is None or now - outcome.finished_at < older_than_s:
+            report.kept[task_id] = UNCHECKED if outcome is None else (
+                f"finished {outcome.status} {now - outcome.finished_at:.0f}s ago")
+            kept_payloads.update(payloads or ())
+            unknown = unknown or payloads is None
             continue
         report.removed_tasks.append(task_id)
-        removed.update(payloads)
+        removed.update(payloads or ())
         prefix = wire.task_prefix(task_id)
         report.removed_objects += (len(store.list(prefix)) if dry_run
                                    else store.delete_prefix(prefix))
-    for digest in sorted(removed - kept_payloads):
+    for digest in sorted(() if unknown else removed - kept_payloads):
         key = wire.payload_key(digest)
         if dry_run:
             gone = store.exists(key)

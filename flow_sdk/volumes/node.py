@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Literal
 
-from flow_sdk import wire
+from flow_sdk import lifecycle
 from flow_sdk.errors import VolumeError
 from flow_sdk.providers.base import NodeMount, Provider
 from flow_sdk.spec import TaskSpec
@@ -199,7 +199,9 @@ def remove_cache(task_cache: Path) -> None:
 def gc_mount_caches(provider: Provider) -> int:
     """Remove the S3 caches of ended tasks that no process uses any more (a node killed with
     SIGKILL cannot clean up after itself), where the provider's nodes share caches on this
-    machine. Returns how many task caches were removed."""
+    machine. A task has ended when its outcome is sealed with its secret and this machine
+    holds that secret (``lifecycle.ended_here``); any other task may be live and keeps its
+    cache. Returns how many task caches were removed."""
     root = provider.volumes.shared_mount_caches()
     if root is None or not root.is_dir():
         return 0
@@ -207,7 +209,7 @@ def gc_mount_caches(provider: Provider) -> int:
     for task_cache in sorted(p for p in root.iterdir() if p.is_dir()):
         if task_cache in _cache_users:
             continue
-        if not provider.store.exists(wire.outcome_key(task_cache.name)):
+        if lifecycle.ended_here(provider.store, task_cache.name) is None:
             continue  # the task may still be running
         users = root / f".{task_cache.name}.users"
         with open(users, "a+") as handle:

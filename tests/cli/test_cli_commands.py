@@ -248,19 +248,25 @@ def test_gc_stops_orphaned_and_ended_tasks_only(flow_home: Path, tmp_path: Path)
 
 
 def test_gc_older_than_removes_finished_tasks_objects_only(flow_home: Path) -> None:
-    from flow_sdk import wire
-    from flow_sdk.wire import Outcome
+    from flow_sdk import lifecycle, tasksecrets, wire
+    from flow_sdk.wire import Outcome, signing
     from flow_sdk.providers.local import LocalProvider
 
     store = LocalProvider().store
     now = time.time()
+    sealed = {}
     for task_id in ("done-long-ago", "done-today", "still-running"):
+        secret = signing.new_secret()  # launched from this machine: its secret is here
+        tasksecrets.save_task_secret(task_id, secret)
+        sealed[task_id] = signing.SignedStore(store, bytes.fromhex(secret))
         store.put(wire.task_key(task_id), b"{}")
         store.put(wire.result_key(task_id, 0), b"r")
-    store.put(wire.outcome_key("done-long-ago"), wire.to_json(
+    lifecycle.record_outcome(sealed["done-long-ago"], "done-long-ago",
+                             Outcome("SUCCEEDED", "done", now - 8 * 86400))
+    lifecycle.record_outcome(sealed["done-today"], "done-today",
+                             Outcome("SUCCEEDED", "done", now - 3600))
+    store.put(wire.outcome_key("still-running"), wire.to_json(  # a forgery: no secret
         Outcome("SUCCEEDED", "done", now - 8 * 86400)))
-    store.put(wire.outcome_key("done-today"), wire.to_json(
-        Outcome("SUCCEEDED", "done", now - 3600)))
 
     dry = flow("gc", "--provider", "local", "--older-than", "7d", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr

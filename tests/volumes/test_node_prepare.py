@@ -55,22 +55,30 @@ def test_a_mount_over_what_the_node_runs_from_is_never_literal(tmp_path: Path) -
 def test_caches_of_ended_tasks_are_collected(flow_home: Path) -> None:
     import fcntl
 
-    from flow_sdk import wire
+    from flow_sdk import lifecycle, tasksecrets, wire
     from flow_sdk.volumes import gc_mount_caches
     from flow_sdk.volumes.s3mount import set_writable
+    from flow_sdk.wire import Outcome, signing
 
     provider = LocalProvider()
     root = flow_home / "local" / "cache" / "s3"
-    for task in ("ended", "running", "ended-but-held"):
+    tasks = ("ended", "running", "ended-but-held", "forged", "elsewhere")
+    for task in tasks:
         files = root / task / "0123" / "files" / "sub"
         files.mkdir(parents=True)
         (files / "f").write_text("x")
         set_writable(root / task / "0123" / "files", False)  # as a finished mount leaves it
-    for task in ("ended", "ended-but-held"):
-        provider.store.put(wire.outcome_key(task), b"{}")
+        tasksecrets.save_task_secret(task, signing.new_secret())
+    for task in ("ended", "ended-but-held", "elsewhere"):
+        store = signing.SignedStore(provider.store, tasksecrets.load_task_secret(task))
+        lifecycle.record_outcome(store, task, Outcome("SUCCEEDED", "done", 0.0))
+    provider.store.put(wire.outcome_key("forged"), b"{}")  # junk, from a store writer
+    tasksecrets.remove_task_secret("elsewhere")  # ended, but this machine cannot check it
     with open(root / ".ended-but-held.users", "a+") as holder:
         fcntl.flock(holder, fcntl.LOCK_SH)  # a node of that task still uses its cache
         assert gc_mount_caches(provider) == 1
-    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["ended-but-held", "running"]
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [
+        "elsewhere", "ended-but-held", "forged", "running"]
     assert gc_mount_caches(provider) == 1  # the holder is gone now
-    assert [p.name for p in root.iterdir() if p.is_dir()] == ["running"]
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [
+        "elsewhere", "forged", "running"]

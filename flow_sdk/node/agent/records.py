@@ -66,7 +66,7 @@ class NodeRecords:
                                    label=label))
 
     def outcome_written(self) -> bool:
-        return lifecycle.outcome_of(self.store, self.task_id) is not None
+        return lifecycle.ended(self.store, self.task_id) is not None
 
     def cancelled(self) -> bool:
         return self.checked(wire.cancel_key(self.task_id)) is not None

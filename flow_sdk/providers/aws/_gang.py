@@ -58,7 +58,8 @@ def launch(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer]) -> list
     lease: LeaseKeeper | None = None
     try:
         with _interrupts.raising():
-            lease = LeaseKeeper(nodes.store, task_id)  # before anything of the task exists
+            lease = LeaseKeeper(nodes.store, task_id,  # before anything of the task exists
+                                request.boot.secret)
             result = _start_gang(nodes, request, offers, contexts, ledger)
             if isinstance(result, list):
                 lease.end("launched")

@@ -1,28 +1,25 @@
 """``flow gc`` for AWS: reclaim instances, security groups, key pairs, placement groups and
-node roles (with their instance profiles and policies) whose task has ended, or that carry no
-live task; and what the node runtime runs for ended tasks.
+node roles (with their instance profiles and policies) whose task has ended, and what the node
+runtime runs for ended tasks.
 
 Only resources tagged with this provider's store (``flow:store = s3://bucket/prefix``) are
-considered, so two flow installations sharing an account never reclaim each other's. A task is
-live while its record is in the store (a pool's: its pool record), its launch was not rolled
-back or cut short (a launch lease that its client stopped renewing: ``_lease``), it has an
-instance up or its launch has not ended, and it is within its runtime cap. The outcome is not
-read here: a store writer without the task's secret could forge one, so
-``flow_sdk.lifecycle`` checks it and names the tasks that ended (``ended``).
+considered, so two flow installations sharing an account never reclaim each other's. Which
+tasks ended is ``flow_sdk.lifecycle``'s judgement (``ended``), made from what is sealed with
+each task's secret: its outcome, its launch lease, its record's runtime cap. Nothing here
+reads the store to decide that a task ended: a store writer without the secret could forge
+any of those objects (or delete them), and a provider holds no secret. Without a judgement a
+task is live, and the report names it; only a resource whose task tag is empty is reclaimed
+on the provider's own view.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from flow_sdk import wire
-from flow_sdk.errors import ProviderError, RecordError
-from flow_sdk.wire import LaunchLease, TaskRecord
-from flow_sdk.wire.pools import pool_key
+from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._iam import task_roles
 from flow_sdk.providers.aws._nodes import AwsNodes
 from flow_sdk.providers.aws._tasksecret import delete_task_secret, task_secret_ids
@@ -33,57 +30,9 @@ from flow_sdk.providers.aws._resources import (
     tag_value,
     tagged_resources,
 )
-from flow_sdk.providers.base import GcReport, ObjectStore
+from flow_sdk.providers.base import GcReport
 
-RUNTIME_GRACE_S = 3600.0  # past max_run_time_hours by this much, a task counts as ended
-
-
-def task_verdict(store: ObjectStore, task_id: str, now: float, up: bool) -> str | None:
-    """None while the task is live, else why its resources may go; ``up``: whether an
-    instance of the task is pending, running, stopping or stopped."""
-    if not task_id:
-        return "carries an empty task id"
-    raw = store.get(wire.task_key(task_id))
-    lease = store.get(wire.launch_lease_key(task_id))
-    if raw is None and store.exists(pool_key(task_id)):  # a pool: live until the caller's
-        return _launch_verdict(lease, now)  # gc says
-    if raw is None:
-        return "no task record in the store"
-    launch = _launch_verdict(lease, now)
-    if launch is not None:
-        return launch
-    if not up and _launched(lease):
-        return "its gang launched and no instance of it is up any more"
-    record = TaskRecord.from_json(raw)
-    cap = record.spec.get("max_run_time_hours")
-    if cap is not None and now > record.created_at + float(cap) * 3600 + RUNTIME_GRACE_S:
-        return "task is past its max_run_time_hours and wrote no outcome"
-    return None
-
-
-def _launch_verdict(raw: bytes | None, now: float) -> str | None:
-    """Why the task's launch lease says its resources may go, or None."""
-    if raw is None:
-        return None  # a task launched before launch leases, or by another provider
-    try:
-        lease = LaunchLease.from_json(raw)
-    except RecordError:
-        return None  # malformed: the other rules decide
-    if lease.state == "rolled-back":
-        return "its launch ended without a gang and was rolled back"
-    if lease.state == "launching" and lease.stale(now):
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease.renewed_at))
-        return (f"its launch was cut short: the launching client ({lease.holder}) last "
-                f"renewed its launch lease at {when}")
-    return None
-
-
-def _launched(raw: bytes | None) -> bool:
-    """Whether the task's launch lease says its gang started."""
-    try:
-        return raw is not None and LaunchLease.from_json(raw).state == "launched"
-    except RecordError:
-        return False
+EMPTY_TASK_ID = "carries an empty task id"
 
 
 def _live_instances(ec2: Any) -> list[dict[str, Any]]:
@@ -97,18 +46,17 @@ def _live_instances(ec2: Any) -> list[dict[str, Any]]:
     return found
 
 
-def collect(nodes: AwsNodes, *, dry_run: bool = False, now: float | None = None,
+def collect(nodes: AwsNodes, *, dry_run: bool = False,
             ended: Mapping[str, str] | None = None) -> GcReport:
-    """Reclaim, in every launch region of the provider, what no live task of its store owns
-    (or what ``ended`` names: tasks judged ended by ``flow_sdk.lifecycle``, with why), and
-    stop what the node runtime still runs for ended tasks."""
+    """Reclaim, in every launch region of the provider, what the tasks ``ended`` names
+    (judged ended by ``flow_sdk.lifecycle``, with why) left, and what carries no task id, and
+    stop what the node runtime still runs for them."""
     report = GcReport("aws", dry_run=dry_run)
     mine = nodes.store_tag
+    judge = _Judge(report, ended or {})
     try:
         instances = {region: _live_instances(nodes.clients.get("ec2", region))
                      for region in nodes.cfg.launch_regions}
-        up = {tag_value(i, TAG_TASK) or "" for found in instances.values() for i in found}
-        judge = _Judge(nodes, report, time.time() if now is None else now, ended or {}, up)
 
         def reclaim(resource: dict[str, Any]) -> bool:
             if tag_value(resource, TAG_STORE) != mine:
@@ -154,20 +102,17 @@ def _reclaim_in_region(ec2: Any, region: str, doomed: list[str],
 
 
 class _Judge:
-    """Each task's verdict (``task_verdict``), asked of the store once per task; the report
-    gets the reason of every ended task and the id of every live one."""
+    """Each task's verdict: why its leftovers may go (``ended``, or an empty task id), or None
+    while it may be live; the report gets the reason of every ended task and the id of every
+    live one."""
 
-    def __init__(self, nodes: AwsNodes, report: GcReport, now: float,
-                 ended: Mapping[str, str], up: set[str]) -> None:
-        self.nodes, self.report, self.now, self.up = nodes, report, now, up
-        self.verdicts: dict[str, str | None] = dict(ended)
+    def __init__(self, report: GcReport, ended: Mapping[str, str]) -> None:
+        self.report = report
+        self.verdicts: dict[str, str] = {"": EMPTY_TASK_ID, **ended}
 
     def verdict(self, task_id: str) -> str | None:
-        """Why the task's leftovers may go, or None while it lives."""
-        if task_id not in self.verdicts:
-            self.verdicts[task_id] = task_verdict(self.nodes.store, task_id, self.now,
-                                                  task_id in self.up)
-        return self.verdicts[task_id]
+        """Why the task's leftovers may go, or None while it may be live."""
+        return self.verdicts.get(task_id)
 
     def ended(self, task_id: str) -> bool:
         """Whether what the task left may go; the report says why, or that it lives."""

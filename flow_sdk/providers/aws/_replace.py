@@ -19,8 +19,8 @@ from typing import Any
 
 from flow_sdk import wire
 from flow_sdk.catalog import MARKETS, Market, Offer, load_catalog, markets_for_priority
-from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.wire import TaskRecord
+from flow_sdk.errors import CapacityError, ProviderError, RecordError, SignatureError
+from flow_sdk.wire import TaskRecord, signing
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._launch import AttemptPlan, Try, failover, format_attempts
 from flow_sdk.providers.aws._iam import role_name
@@ -43,7 +43,7 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
     region, template, profile = _template(nodes, task_id)
     attempt = int(str(tag_value(template, TAG_ATTEMPT)))
     gang_subnet, security_group = network_of(template)
-    hours = _remaining_hours(nodes, task_id, spec)
+    hours = _remaining_hours(nodes, request, spec)
     boot = nodes.render_user_data(spec, task_id, region, attempt, request.boot, hours,
                                   nodes.ship_code(),
                                   volume_mounts=nodes.volumes.remount(task_id, spec, region))
@@ -128,15 +128,23 @@ def network_of(raw: Mapping[str, Any]) -> tuple[str, str]:
     return str(subnet), str(groups[0]["GroupId"]) if groups else ""
 
 
-def _remaining_hours(nodes: AwsNodes, task_id: str, spec: TaskSpec) -> float | None:
-    """What is left of the task's runtime cap (replacements must not outlive it)."""
+def _remaining_hours(nodes: AwsNodes, request: LaunchRequest, spec: TaskSpec) -> float | None:
+    """What is left of the task's runtime cap (replacements must not outlive it), counted
+    from the task record sealed with the task's secret; the whole cap when there is none (a
+    record a store writer forged or removed never ends a task here)."""
     cap = spec.max_run_time_hours
     if cap is None:
         return None
-    raw = nodes.store.get(wire.task_key(task_id))
-    if raw is None:
+    task_id = request.task_id
+    store = signing.SignedStore(nodes.store, signing.secret_from_hex(request.boot.secret))
+    try:
+        raw = store.get_record(wire.task_key(task_id))
+        record = None if raw is None else TaskRecord.from_json(raw)
+    except (SignatureError, RecordError):
+        record = None
+    if record is None:
         return cap
-    left = cap - (time.time() - TaskRecord.from_json(raw).created_at) / 3600.0
+    left = cap - (time.time() - record.created_at) / 3600.0
     if left <= 0:
         raise ProviderError(f"task {task_id} is past its max_run_time_hours of {cap:g}; "
                             "no replacement node was started")

@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from flow_sdk import wire
-from flow_sdk.errors import VolumeError, VolumeInUseError
+from flow_sdk import tasksecrets, wire
+from flow_sdk.errors import RecordError, SignatureError, VolumeError, VolumeInUseError
+from flow_sdk.wire import TaskRecord, signing
 from flow_sdk.providers.base import Log, NodeMount, Provider, VolumeInfo, Volumes
 from flow_sdk.spec import TaskSpec, VolumeSpec
 
 VOLUME_FILE = "volume.json"
 DATA_DIR = "data"
 ATTACH_LOCK = "attach.lock"
+INSTANCES_DIR = "instances"  # the local provider's instance records, one folder per task
 
 # Block-volume locks this process holds; the kernel releases them when the process exits.
 _held_locks: dict[str, IO[str]] = {}
@@ -186,23 +188,36 @@ class LocalVolumes:
         return None
 
 
-def running_tasks_using(provider: Provider, name: str) -> tuple[str, ...]:
-    """Tasks of ``provider`` with no outcome yet, a live node, and volume ``name``."""
-    users = []
-    for key in provider.store.list("tasks/"):
-        if not key.endswith("/task.json"):
-            continue
-        task_id = key.split("/")[1]
-        if provider.store.exists(wire.outcome_key(task_id)):
-            continue
-        raw = provider.store.get(key)
-        if raw is None:
-            continue
-        volumes = json.loads(raw).get("spec", {}).get("volumes", {})
-        if any(v.get("name") == name for v in volumes.values()) and any(
-                i.state != "terminated" for i in provider.list_instances(task_id)):
-            users.append(task_id)
-    return tuple(users)
+def running_tasks_using(provider: Provider, root: Path, name: str) -> tuple[str, ...]:
+    """Tasks of ``provider`` (its root is ``root``) with a live node that use volume ``name``,
+    or may: a task counts while any node of it runs (the provider's own view, from its
+    instance records; never the store's say-so, which a store writer could forge), unless its
+    record, sealed with its secret that this machine holds, shows it does not name the
+    volume. A task whose record is missing, junk, forged, or not checkable here may use it."""
+    launched = root / INSTANCES_DIR
+    ids = {p.name for p in launched.iterdir() if p.is_dir()} if launched.is_dir() else set()
+    ids.update(key.split("/")[1] for key in provider.store.list("tasks/")
+               if key.endswith("/task.json") and key.count("/") == 2)
+    return tuple(task_id for task_id in sorted(ids)
+                 if any(i.state != "terminated" for i in provider.list_instances(task_id))
+                 and _names_volume(provider, task_id, name) is not False)
+
+
+def _names_volume(provider: Provider, task_id: str, name: str) -> bool | None:
+    """Whether the task's sealed record names volume ``name``; None when no record sealed
+    with a secret this machine holds says (missing, junk, forged, or another machine's)."""
+    if not tasksecrets.has_task_secret(task_id):
+        return None
+    store = signing.SignedStore(provider.store, tasksecrets.load_task_secret(task_id))
+    try:
+        raw = store.get_record(wire.task_key(task_id))
+        spec = None if raw is None else TaskRecord.from_json(raw).spec
+    except (SignatureError, RecordError):
+        return None
+    volumes = spec.get("volumes") if isinstance(spec, dict) else None
+    if not isinstance(volumes, dict):
+        return None
+    return any(isinstance(v, dict) and v.get("name") == name for v in volumes.values())
 
 
 class LocalProviderVolumes(Volumes):
@@ -217,7 +232,7 @@ class LocalProviderVolumes(Volumes):
     def _info(self, volume: LocalVolume) -> VolumeInfo:
         return VolumeInfo(volume.name, volume.interface, volume.size_gb, self.provider.name,
                           str(volume.data), None, volume.created_at,
-                          running_tasks_using(self.provider, volume.name))
+                          running_tasks_using(self.provider, self.root, volume.name))
 
     def list(self) -> list[VolumeInfo]:
         return [self._info(v) for v in self.dirs.list()]
@@ -228,7 +243,7 @@ class LocalProviderVolumes(Volumes):
 
     def delete(self, name: str, *, force: bool = False) -> bool:
         if not force:
-            users = running_tasks_using(self.provider, name)
+            users = running_tasks_using(self.provider, self.root, name)
             if users:
                 raise VolumeInUseError(f"volume {name!r} is used by running task(s) "
                                        f"{', '.join(users)}; cancel them or pass force=True")

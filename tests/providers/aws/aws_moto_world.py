@@ -40,14 +40,14 @@ from moto.s3.responses import S3Response
 from werkzeug.exceptions import HTTPException
 
 from flow_sdk import sdkwheel, wire
-from flow_sdk.wire import BootConfig, TaskRecord
+from flow_sdk.wire import BootConfig, TaskRecord, signing
 from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
 from flow_sdk.providers.aws._resources import TAG_ATTEMPT, tag_value
 from flow_sdk.providers.base import Instance, LaunchRequest
 from flow_sdk.procs import is_alive as process_alive
 from flow_sdk.sim import AwsSimProvider, NodeSettings, SimulatedNodes, instance_pids
-from flow_sdk.sim._gaps import ACTIONS, PLACEMENT_GROUPS
+from flow_sdk.sim._gaps import ACTIONS, PLACEMENT_GROUPS, profile_for_every_instance
 from flow_sdk.spec import TaskSpec, build_task_spec
 
 # Where a rendered bootstrap fetches its SDK wheel (user-data tests render with this).
@@ -79,22 +79,9 @@ def loopback_only(self: socket.socket, address: Any) -> None:
 # serves them (flow_sdk.sim._gaps), and so does the tests' in-process moto.
 
 
-def profile_for_every_instance(original: Callable[..., Any]) -> Callable[..., Any]:
-    """moto's RunInstances responder, associating the instance profile with every instance
-    it starts, as EC2 does (moto 5.2.1 associates it with the first one only)."""
-
-    def run_instances(self: Any) -> Any:
-        result = original(self)
-        name = self._get_param("IamInstanceProfile.Name")
-        arn = self._get_param("IamInstanceProfile.Arn")
-        if name or arn:
-            for instance in result.result.instances[1:]:
-                self.ec2_backend.associate_iam_instance_profile(
-                    instance_id=instance.id, iam_instance_profile_name=name,
-                    iam_instance_profile_arn=arn)
-        return result
-
-    return run_instances
+# The instance profile of every instance of a launch: moto 5.2.1 associates it with the
+# first one only; the simulated cloud's server fixes that (flow_sdk.sim._gaps), and so does
+# the tests' in-process moto.
 
 
 OWNER_HEADER = "x-amz-expected-bucket-owner"
@@ -460,14 +447,19 @@ def spec(**options: Any) -> TaskSpec:
     return build_task_spec(app="t", name="train", provider="aws", **options)
 
 
+TEST_SECRET = "0" * 64  # the task secret of every task ``launch`` starts (hex)
+
+
 def launch(provider: AwsProvider, task_id: str, task_spec: TaskSpec, *, record: bool = True,
            created_at: float | None = None) -> list[Instance]:
-    """Launch like FlowApp does: the task record first (unless ``record`` is off), the gang."""
+    """Launch like FlowApp does: the task record first, sealed with the task's secret
+    (``TEST_SECRET``; unless ``record`` is off), the gang."""
     if record:
-        provider.store.put(wire.task_key(task_id), wire.to_json(TaskRecord(
+        sealed = signing.SignedStore(provider.store, bytes.fromhex(TEST_SECRET))
+        sealed.put_record(wire.task_key(task_id), TaskRecord(
             task_id, task_spec.model_dump(mode="json"), "0" * 64,
-            time.time() if created_at is None else created_at, 29400, 29500)))
-    boot = BootConfig(task_id, "aws", provider.config(), secret="0" * 64)
+            time.time() if created_at is None else created_at, 29400, 29500))
+    boot = BootConfig(task_id, "aws", provider.config(), secret=TEST_SECRET)
     return provider.launch(LaunchRequest(task_id, task_spec, boot))
 
 

@@ -18,6 +18,7 @@ import pytest
 from aws_moto_world import (
     ACCOUNT,
     BUCKET,
+    TEST_SECRET,
     AwsWorld,
     Recorder,
     S3Wire,
@@ -27,13 +28,13 @@ from aws_moto_world import (
 )
 from flow_testing import wait_until
 
-from flow_sdk import FlowApp, TaskStatus, tasksecrets, wire
+from flow_sdk import FlowApp, TaskStatus, lifecycle, tasksecrets, wire
 from flow_sdk.wire import signing
 from flow_sdk.errors import ProviderError
 from flow_sdk.wire import Outcome, TaskRecord
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._lifecycle import rule_ids
-from flow_sdk.providers.objects_gc import remove_finished_tasks
+from flow_sdk.providers.objects_gc import UNCHECKED, ObjectsReport, remove_finished_tasks
 from flow_sdk.sim import AwsSimProvider
 
 DEFAULT_BUCKET = f"flow-sdk-{ACCOUNT}-us-east-1"
@@ -233,19 +234,28 @@ DAY = 86400.0
 
 def _task(provider: AwsProvider, task_id: str, digest: str, *, finished_days_ago: float | None,
           now: float, secret: bytes | None = None) -> None:
+    """A task launched from this machine (its secret saved here), sealed with that secret
+    (``secret``: another one, as a store writer without it would)."""
     store = provider.store
+    own = bytes.fromhex(signing.new_secret())
+    tasksecrets.save_task_secret(task_id, own.hex())
+    sealed = signing.SignedStore(store, own if secret is None else secret)
     store.put(wire.payload_key(digest), b"payload " + digest.encode())
-    store.put(wire.task_key(task_id), wire.to_json(TaskRecord(
+    sealed.put_record(wire.task_key(task_id), TaskRecord(
         task_id, spec(num_instances=1).model_dump(mode="json"), digest, now - 40 * DAY,
-        29400, 29500)))
+        29400, 29500))
     store.put(wire.result_key(task_id, 0), b"result")
     if finished_days_ago is not None:
         outcome = Outcome("SUCCEEDED", "done", now - finished_days_ago * DAY)
-        key = wire.outcome_key(task_id)
-        if secret is None:
-            store.put(key, wire.to_json(outcome))
-        else:
-            signing.SignedStore(store, secret).put_record(key, outcome)
+        sealed.put_record(wire.outcome_key(task_id), outcome)
+
+
+def _remove(provider: AwsProvider, older_than_s: float, *, now: float,
+            dry_run: bool = False) -> ObjectsReport:
+    """``remove_finished_tasks`` with the judgement ``flow gc --older-than`` passes it."""
+    return remove_finished_tasks(
+        provider.store, older_than_s, lambda t: lifecycle.ended_here(provider.store, t),
+        dry_run=dry_run, now=now)
 
 
 def test_gc_older_than_removes_only_finished_tasks_objects_past_the_cutoff(
@@ -258,11 +268,11 @@ def test_gc_older_than_removes_only_finished_tasks_objects_past_the_cutoff(
     _task(provider, "running", "2" * 64, finished_days_ago=None, now=now)  # 40 days old
     before = store.list("")
 
-    dry = remove_finished_tasks(store, 7 * DAY, dry_run=True, now=now)
+    dry = _remove(provider, 7 * DAY, dry_run=True, now=now)
     assert dry.removed_tasks == ["old-done", "old-shared"] and store.list("") == before
     assert dry.removed_payloads == ["1" * 64]
 
-    report = remove_finished_tasks(store, 7 * DAY, now=now)
+    report = _remove(provider, 7 * DAY, now=now)
     assert report.removed_tasks == ["old-done", "old-shared"]
     assert report.removed_objects == 6  # record, result and outcome of each
     assert report.removed_payloads == ["1" * 64]  # the running task still names "2" * 64
@@ -280,27 +290,32 @@ def test_gc_older_than_removes_only_finished_tasks_objects_past_the_cutoff(
     assert sorted(o["Key"][len("flow/"):] for o in listed) == left
 
 
-def test_gc_older_than_keeps_a_task_whose_outcome_is_forged(aws: AwsWorld) -> None:
+def test_gc_older_than_keeps_a_task_whose_outcome_is_forged_or_not_checkable_here(
+        aws: AwsWorld) -> None:
     provider, now = aws.provider(), time.time()
-    secret = bytes.fromhex(signing.new_secret())
-    tasksecrets.save_task_secret("victim", secret.hex())
     forger = bytes.fromhex(signing.new_secret())
     _task(provider, "victim", "4" * 64, finished_days_ago=30, now=now, secret=forger)
-    _task(provider, "signed", "5" * 64, finished_days_ago=30, now=now, secret=secret)
-    tasksecrets.save_task_secret("signed", secret.hex())
-    report = remove_finished_tasks(provider.store, DAY, now=now)
+    _task(provider, "signed", "5" * 64, finished_days_ago=30, now=now)
+    _task(provider, "elsewhere", "6" * 64, finished_days_ago=30, now=now)
+    tasksecrets.remove_task_secret("elsewhere")  # launched from another machine
+    report = _remove(provider, DAY, now=now)
     assert report.removed_tasks == ["signed"]
-    assert "not the task's own" in report.kept["victim"]
-    assert provider.store.get(wire.result_key("victim", 0)) == b"result"
+    assert report.kept == {"victim": UNCHECKED, "elsewhere": UNCHECKED}
+    for task_id in ("victim", "elsewhere"):
+        assert provider.store.get(wire.result_key(task_id, 0)) == b"result"
 
 
-def test_gc_older_than_then_gc_reclaims_the_tasks_nodes(aws: AwsWorld) -> None:
+def test_flow_gc_reclaims_the_tasks_nodes_then_older_than_its_objects(aws: AwsWorld) -> None:
+    """As ``flow gc --older-than`` runs them: the nodes of the task whose sealed outcome says
+    it ended go first, then its objects; a removed record alone reclaims nothing."""
     provider, now = aws.provider(), time.time()
     launch_ids(provider, "ended-1", spec(num_instances=1, priority="high"))
-    provider.store.put(wire.outcome_key("ended-1"), wire.to_json(
-        Outcome("FAILED", "boom", now - 3 * DAY)))
-    assert remove_finished_tasks(provider.store, DAY, now=now).removed_tasks == ["ended-1"]
-    report = provider.gc()  # its record is gone: its instances and role go too
-    assert report.reasons == {"ended-1": "no task record in the store"}
+    tasksecrets.save_task_secret("ended-1", TEST_SECRET)
+    sealed = signing.SignedStore(provider.store, bytes.fromhex(TEST_SECRET))
+    lifecycle.record_outcome(sealed, "ended-1", Outcome("FAILED", "boom", now - 3 * DAY))
+    report = lifecycle.collect(provider, known={"ended-1"})
+    assert report.reasons == {"ended-1": "task ended FAILED"}
     wait_until(lambda: aws.non_terminated() == [], 10, "the ended task's node terminated")
     assert aws.client("iam").list_roles()["Roles"] == []
+    assert lifecycle.remove_finished_objects(provider, DAY).removed_tasks == ["ended-1"]
+    assert lifecycle.collect(provider, known={"ended-1"}).reasons == {}

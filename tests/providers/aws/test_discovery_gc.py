@@ -19,7 +19,7 @@ from aws_moto_world import (
 
 from flow_sdk import wire
 from flow_sdk.errors import FlowError, ProviderError
-from flow_sdk.wire import Outcome
+from flow_sdk.wire import LaunchLease, Outcome, TaskRecord
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._resources import (
@@ -143,21 +143,25 @@ def test_resources_another_teardown_deleted_meanwhile_count_as_gone(aws: AwsWorl
 # -- gc ------------------------------------------------------------------------------------
 
 
-def test_gc_reclaims_ended_orphaned_and_overdue_tasks_only(aws: AwsWorld) -> None:
-    """``flow_sdk.lifecycle`` names the tasks whose signed outcome says they ended; the
-    provider never reads an outcome itself, so an unsigned one (a forgery) on a live task
-    reclaims nothing."""
+def test_gc_reclaims_what_lifecycle_judged_ended_and_no_forgery_reclaims_anything(
+        aws: AwsWorld) -> None:
+    """The provider reclaims what ``flow_sdk.lifecycle`` judged ended (``ended``, having
+    checked each task's seal) and nothing else: it reads nothing in the store to decide a task
+    ended, so a forged outcome, a forged lease, a removed or rewritten task record on a live
+    task reclaims nothing, and each such task is reported live."""
     provider = aws.provider()
     ended = launch_ids(provider, "gc-ended", spec(num_instances=2, priority="high"))
-    live = launch_ids(provider, "gc-live", spec(num_instances=1, priority="high"))
-    end(provider, "gc-live")  # a forgery: nobody signed it
-    gone = launch_ids(provider, "gc-gone", spec(num_instances=1, priority="high"))
-    aws.client("ec2").terminate_instances(InstanceIds=gone)  # its nodes went; it left a group
-    orphan = launch_ids(provider, "gc-orphan", spec(num_instances=1, priority="high"),
-                   record=False)
-    overdue = launch_ids(provider, "gc-overdue",
-                    spec(num_instances=1, priority="high", max_run_time_hours=1.0),
-                    created_at=time.time() - 3 * 3600)
+    forged = {name: launch_ids(provider, name, spec(num_instances=1, priority="high",
+                                                    max_run_time_hours=1.0))
+              for name in ("gc-outcome", "gc-rolled-back", "gc-stale", "gc-no-record",
+                           "gc-age")}
+    end(provider, "gc-outcome")
+    forge_lease(provider, "gc-rolled-back", LaunchLease("rolled-back", time.time(), 120.0, "x"))
+    forge_lease(provider, "gc-stale", LaunchLease("launching", 0.0, 120.0, "x"))
+    provider.store.delete_prefix(wire.task_key("gc-no-record"))
+    provider.store.put(wire.task_key("gc-age"), wire.to_json(TaskRecord(
+        "gc-age", spec(max_run_time_hours=1.0).model_dump(mode="json"), "0" * 64, 0.0,
+        29400, 29500)))
     ec2 = aws.client("ec2")
     vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
     foreign = ec2.create_security_group(  # another flow installation's group: never touched
@@ -167,32 +171,33 @@ def test_gc_reclaims_ended_orphaned_and_overdue_tasks_only(aws: AwsWorld) -> Non
 
     judged = {"gc-ended": "task ended SUCCEEDED"}  # what lifecycle passes, having checked
     dry = provider.gc(dry_run=True, ended=judged)
-    assert sorted(dry.terminated_instances) == sorted(
-        f"us-east-1 instance {i}" for i in ended + orphan + overdue)
-    assert len(aws.non_terminated()) == 5  # dry run: nothing changed
+    assert sorted(dry.terminated_instances) == sorted(f"us-east-1 instance {i}" for i in ended)
+    assert len(aws.non_terminated()) == 7  # dry run: nothing changed
 
     report = provider.gc(ended=judged)
     assert sorted(report.terminated_instances) == sorted(dry.terminated_instances)
-    assert report.reasons == {"gc-ended": "task ended SUCCEEDED",
-                              "gc-gone": "its gang launched and no instance of it is up any "
-                                         "more",
-                              "gc-orphan": "no task record in the store",
-                              "gc-overdue": "task is past its max_run_time_hours and wrote no "
-                                            "outcome"}
-    assert report.live_tasks == ["gc-live"]
+    assert report.reasons == judged
+    assert report.live_tasks == sorted(forged)
+    live = [i for ids in forged.values() for i in ids]
     assert sorted(aws.non_terminated()) == sorted(live)
     groups = {g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]}
-    assert "flow-gc-live" in groups and "flow-other" in groups
-    assert not {"flow-gc-ended", "flow-gc-gone", "flow-gc-orphan", "flow-gc-overdue"} & groups
+    assert {f"flow-{name}" for name in forged} | {"flow-other"} <= groups
+    assert "flow-gc-ended" not in groups
     keys = {k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]}
-    assert keys == {"flow-gc-live"}
-    assert "reclaimed: 4 instance(s)" in str(report)
+    assert keys == {f"flow-{name}" for name in forged}
     secrets_left = [p["Name"] for p in aws.client("ssm").describe_parameters()["Parameters"]
                     if p["Name"].startswith("/flow-sdk/")]
-    assert [name.rsplit("/", 1)[1] for name in secrets_left] == ["gc-live"]
-    assert provider.gc().terminated_instances == []  # nothing left to do
+    assert sorted(name.rsplit("/", 1)[1] for name in secrets_left) == sorted(forged)
+    assert "reclaimed: 2 instance(s)" in str(report)
+    assert provider.gc().terminated_instances == []  # without a judgement: nothing
     ec2.delete_security_group(GroupId=foreign)
-    provider.terminate("gc-live")
+    for name in forged:
+        provider.terminate(name)
+
+
+def forge_lease(provider: AwsProvider, task_id: str, lease: LaunchLease) -> None:
+    """A lease as a store writer without the task's secret writes it: not sealed."""
+    provider.store.put(wire.launch_lease_key(task_id), wire.to_json(lease))
 
 
 # -- config and check ----------------------------------------------------------------------

@@ -11,11 +11,20 @@ import base64
 import time
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, Recorder, Wire, launch, node_config_of, spec
+from aws_moto_world import (
+    TEST_SECRET,
+    AwsWorld,
+    Ec2Faults,
+    Recorder,
+    Wire,
+    launch,
+    node_config_of,
+    spec,
+)
 
 from flow_sdk import wire
 from flow_sdk.errors import CapacityError, ProviderError
-from flow_sdk.wire import BootConfig, TaskRecord
+from flow_sdk.wire import BootConfig, TaskRecord, signing
 from flow_sdk.providers.aws import AwsProvider
 from flow_sdk.providers.aws._launch import client_token
 from flow_sdk.providers.base import Instance, LaunchRequest
@@ -152,7 +161,10 @@ def test_a_replacement_gets_what_is_left_of_the_runtime_cap(aws: AwsWorld,
 
     past = TaskRecord("rep-cap", task_spec.model_dump(mode="json"), "0" * 64,
                       time.time() - 3 * 3600, 29400, 29500)
-    client.store.put(wire.task_key("rep-cap"), wire.to_json(past))  # past its cap
+    client.store.put(wire.task_key("rep-cap"), wire.to_json(past))  # unsealed: a forgery
+    assert len(replace(node, "rep-cap", task_spec)) == 1  # the whole cap: it ends nothing
+    sealed = signing.SignedStore(client.store, bytes.fromhex(TEST_SECRET))
+    sealed.put_record(wire.task_key("rep-cap"), past)  # past its cap
     recorder.run_instances.clear()
     with pytest.raises(ProviderError, match="past its max_run_time_hours"):
         replace(node, "rep-cap", task_spec)

@@ -19,8 +19,8 @@ from pathlib import Path
 # provider whose nodes are processes here can stop everything a node started.
 WORKER_PGIDS_FILE = "worker-pgids"
 
-__all__ = ["WORKER_PGIDS_FILE", "descendants", "free_port", "is_alive", "kill_group",
-           "pids_with_env", "start_ticks", "stop_pids"]
+__all__ = ["WORKER_PGIDS_FILE", "command_line", "descendants", "free_port", "is_alive",
+           "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
 
 
 def _state(stat: str) -> str:
@@ -49,9 +49,10 @@ def pids_with_env(key: str, values: Collection[str]) -> list[int]:
     return found
 
 
-def descendants(pid: int) -> list[int]:
+def descendants(pid: int, prune: Collection[int] = ()) -> list[int]:
     """Every live process below ``pid`` in the process tree (its children, theirs, ...),
-    sorted (Linux ``/proc``; empty elsewhere). A zombie counts until it is reaped."""
+    sorted (Linux ``/proc``; empty elsewhere). A zombie counts until it is reaped. The
+    processes in ``prune`` and everything below them are left out."""
     parents: dict[int, list[int]] = {}
     proc_root = Path("/proc")
     if not proc_root.is_dir():
@@ -69,6 +70,8 @@ def descendants(pid: int) -> list[int]:
     todo = list(parents.get(pid, []))
     while todo:
         child = todo.pop()
+        if child in prune:
+            continue
         found.append(child)
         todo.extend(parents.get(child, []))
     return sorted(found)
@@ -125,6 +128,19 @@ def start_ticks(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+def command_line(pid: int, limit: int = 200) -> str:
+    """A process's command line for a log line: arguments joined by spaces, anything not
+    printable shown as ``?`` (a process names itself, so it cannot forge a line), cut at
+    ``limit`` characters; ``(gone)`` when it has exited."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return "(gone)"
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text[:limit] + ("..." if len(text) > limit else "")
 
 
 def is_alive(pid: int, ticks: int | None) -> bool:

@@ -7,8 +7,10 @@ For each assignment (in the pool's order, each sealed with the pool's secret) th
 3. makes a fresh working directory (with its own ``TMPDIR``) and forks the task's agent from
    this warm process, in a session of its own, with the environment the daemon started with
    plus the task's own; the agent forks its workers from the same template;
-4. waits for the agent, stopping it if it outlives the task's outcome;
-5. sweeps the node (``sweep``): every process of the task killed and reaped, its directory
+4. waits for the agent, stopping it if it outlives the task's outcome (the one sealed with
+   the task's secret: ``lifecycle.ended``; a forged one ends nothing);
+5. sweeps the node (``sweep``): every process of the task (known by the daemon's process tree
+   and the task's cgroup, never by what it says of itself) killed and reaped, its directory
    removed, GPU memory released; a node that cannot be swept clean leaves the pool;
 6. re-arms the idle stop (``timer``) and reports itself idle.
 
@@ -23,14 +25,15 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from flow_sdk import wire
+from flow_sdk import lifecycle, wire
 from flow_sdk.errors import FlowError, RecordError, SignatureError, TaskSecretError
 from flow_sdk.node.agent.main import Agent, serve
 from flow_sdk.node.agent.spawn import Template, prepare_template
-from flow_sdk.node.pool.sweep import become_subreaper, reap, sweep
+from flow_sdk.node.pool.sweep import Own, TaskCgroup, become_subreaper, reap, sweep, tracking
 from flow_sdk.node.pool.timer import IdleTimer
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchRequest
@@ -78,6 +81,7 @@ class PoolDaemon:
         self.tasks_dir = root / "tasks"
         self.timer = IdleTimer(os.environ)
         self.template: Template | None = None
+        self.own = Own()  # what the daemon started itself (spares): not the task's, not swept
         self.done: set[int] = set()  # assignments served, by number
         self.refused: dict[int, bytes] = {}  # assignments refused, as they were then
         self.idle_since = time.time()
@@ -115,8 +119,9 @@ class PoolDaemon:
                 if time.time() - self.idle_since > FAST_WINDOW_S:
                     delay = min(POLL_MAX_S, delay * 1.1)
                 continue
-            self._serve(assignment, record)
-            swept = sweep(self.instance_id, self.tasks_dir / assignment.task_id)
+            cgroup = TaskCgroup.create(assignment.task_id)
+            self._serve(assignment, record, cgroup)
+            swept = sweep(self.tasks_dir / assignment.task_id, self.own, cgroup, self.log)
             self.log(f"task {assignment.task_id}: {swept.describe()}")
             if not swept.clean:
                 self.log("leaving the pool: the node could not be swept clean")
@@ -163,10 +168,9 @@ class PoolDaemon:
         sealed with the pool's secret is refused (logged and skipped)."""
         for key in self.provider.store.list(assignments_prefix(self.pool_id,
                                                                self.instance_id)):
-            number_text = key.rsplit("/", 1)[1].split(".", 1)[0]
-            if not number_text.isdigit() or int(number_text) in self.done:
+            number = wire.key_number(key.rsplit("/", 1)[1].split(".", 1)[0])
+            if number is None or number in self.done:
                 continue
-            number = int(number_text)
             raw = self.provider.store.get(key)
             if raw is None or self.refused.get(number) == raw:
                 continue
@@ -188,7 +192,7 @@ class PoolDaemon:
 
     # -- one task ----------------------------------------------------------------------------
 
-    def _serve(self, a: Assignment, record: PoolRecord) -> None:
+    def _serve(self, a: Assignment, record: PoolRecord, cgroup: TaskCgroup | None) -> None:
         key = assignment_key(self.pool_id, self.instance_id, a.number)
         try:
             secret = signing.open_secret(self.secret, key, a.sealed_secret).hex()
@@ -214,9 +218,10 @@ class PoolDaemon:
         workdir = self.tasks_dir / a.task_id
         workdir.mkdir(mode=0o700)
         (workdir / "tmp").mkdir(mode=0o700)
-        pid = self._fork_agent(boot, workdir)
+        pid = self._fork_agent(boot, workdir, cgroup)
         self._member("busy", a.task_id, pid)
-        self.log(f"task {a.task_id}: agent {pid} forked from the warm template")
+        self.log(f"task {a.task_id}: agent {pid} forked from the warm template; the task's "
+                 f"processes are known by {tracking(cgroup)}")
         if a.role == "standby":
             self._replenish(record)
         self._wait(pid, task_store, a.task_id)
@@ -227,7 +232,7 @@ class PoolDaemon:
         seen: set[str] = set()
         prefix = wire.membership_key(task_id, 0).rsplit("/", 1)[0] + "/"
         while not self.stopping:
-            if self.provider.store.exists(wire.outcome_key(task_id)):
+            if lifecycle.ended(task_store, task_id) is not None:
                 return False
             for key in self.provider.store.list(prefix):
                 if key in seen or key == wire.membership_key(task_id, 0):
@@ -244,23 +249,15 @@ class PoolDaemon:
             time.sleep(0.1)
         return False
 
-    def _fork_agent(self, boot: BootConfig, workdir: Path) -> int:
-        pid = os.fork()
-        if pid == 0:  # the task's agent
-            code = 70
-            try:
-                code = self._agent(boot, workdir)
-            except BaseException:  # noqa: BLE001 - whatever happens, the child must exit here
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        return pid
+    def _fork_agent(self, boot: BootConfig, workdir: Path, cgroup: TaskCgroup | None) -> int:
+        return _fork(lambda: self._agent(boot, workdir, cgroup))
 
-    def _agent(self, boot: BootConfig, workdir: Path) -> int:
-        """In the forked child: the task's agent, in a session of its own that dies with the
-        daemon, in the task's directory and environment."""
+    def _agent(self, boot: BootConfig, workdir: Path, cgroup: TaskCgroup | None) -> int:
+        """In the forked child: the task's agent, in the task's cgroup where there is one, in
+        a session of its own that dies with the daemon, in the task's directory and
+        environment."""
+        if cgroup is not None and (problem := cgroup.enter()):
+            self.log(problem)
         os.setsid()
         if sys.platform.startswith("linux"):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -283,7 +280,7 @@ class PoolDaemon:
             if done:
                 code = os.waitstatus_to_exitcode(status)
                 self.log(f"task {task_id}: agent exited ({code})")
-                if not self.provider.store.exists(wire.outcome_key(task_id)):
+                if lifecycle.ended(task_store, task_id) is None:
                     task_store.put_record(left_key(task_id, self.instance_id), {
                         "instance_id": self.instance_id, "exit_code": code, "at": time.time()})
                 return
@@ -292,7 +289,7 @@ class PoolDaemon:
                 _kill_session(pid)
             elif now >= next_check:
                 next_check = now + OUTCOME_CHECK_S
-                if ended_at is None and self.provider.store.exists(wire.outcome_key(task_id)):
+                if ended_at is None and lifecycle.ended(task_store, task_id) is not None:
                     ended_at = now
                 if ended_at is not None and now - ended_at > LINGER_S:
                     self.log(f"task {task_id}: agent outlived the task's outcome; stopping it")
@@ -301,18 +298,50 @@ class PoolDaemon:
             time.sleep(0.02)
 
     def _replenish(self, record: PoolRecord) -> None:
-        """After a spare took a rank: start new nodes until the pool has its size again."""
+        """After a spare took a rank: start new nodes until the pool has its size again, from
+        a helper process. Where the nodes are processes here they sit below the helper, which
+        the daemon tracks as its own (``Own``): the sweep leaves them alone."""
+        self.own.add(_fork(lambda: self._start_spares(record)))
+
+    def _start_spares(self, record: PoolRecord) -> int:
+        """In the helper: start the missing nodes through a provider of its own (it shares no
+        connection with the daemon's), then, a subreaper, collect their processes until none
+        is left."""
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        become_subreaper()
+        provider = get_provider(self.boot.provider, self.boot.provider_config)
         try:
-            running = [i for i in self.provider.list_instances(self.pool_id)
+            running = [i for i in provider.list_instances(self.pool_id)
                        if i.state == "running"]
             missing = record.size + record.spares - len(running)
             if missing > 0:
-                added = self.provider.add_instances(LaunchRequest(
+                added = provider.add_instances(LaunchRequest(
                     self.pool_id, TaskSpec.model_validate(record.spec), self.boot), missing)
                 self.log(f"started {len(added)} new spare node(s): "
                          f"{', '.join(i.instance_id for i in added)}")
         except FlowError as exc:
             self.log(f"could not start a new spare: {exc}")
+        while True:
+            try:
+                os.wait()
+            except ChildProcessError:
+                return 0
+
+
+def _fork(run: Callable[[], int]) -> int:
+    """A child process of the daemon that runs ``run`` and exits with its code."""
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            code = run()
+        except BaseException:  # noqa: BLE001 - whatever happens, the child must exit here
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
 
 
 def reap_others(agent_pid: int) -> None:

@@ -15,7 +15,7 @@ from flow_sdk.cli._options import find_task, since_time
 from flow_sdk.cli._output import ago, emit_json, pairs, table, when
 from flow_sdk.wire import TaskStatus
 from flow_sdk.client.overview import status_data, task_rows
-from flow_sdk.client.tasklogs import LOG_SOURCES
+from flow_sdk.client.tasklogs import LOG_SOURCES, shown_lines
 
 
 @main.command()
@@ -35,7 +35,7 @@ def status(task_ref: str | None, as_json: bool) -> None:
             ("nodes", f"{len(data['nodes'])} of {data['num_instances']} joined")]
         outcome = data["outcome"]
         if outcome is not None:
-            rows.append(("outcome", outcome["message"]))
+            rows.append(("outcome", shown_lines(outcome["message"])))  # it holds a log tail
             if outcome.get("label"):
                 rows.append(("failure", f"{outcome['label']} (user: an exception in your code; "
                                         "infra: node, memory, disk or a signal; sdk: flow-sdk)"))
@@ -83,17 +83,27 @@ def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
               help="workers: what user code printed, with the task's events as [flow] lines; "
                    "agent: the node agents; boot: each node's raw boot output; all: "
                    "everything.")
+@click.option("--color", is_flag=True,
+              help="Keep the colours and styles the task printed (ESC [...m sequences); "
+                   "without it they are shown escaped, like every other control character.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line: ts, node, rank, kind, text, line.")
 def logs(task_ref: str, node: int | None, rank: int | None, follow: bool, tail: int | None,
-         since: str | None, source: str, as_json: bool) -> None:
+         since: str | None, source: str, color: bool, as_json: bool) -> None:
     """Print a task's logs, merged in time order: `[Node i] [HH:MM:SS] text`, with
     `[rank r]` after the time when a node runs several workers, and `[flow]` for the task's
-    events (a lost node, a restart, its replacements, the generation)."""
+    events (a lost node, a restart, its replacements, the generation).
+
+    Each carriage return a task prints (a progress bar's update) ends a line. Control
+    characters and escape sequences show as text (ESC as \\x1b), so no line can move the
+    cursor, rewrite its `[Node i]` label, set the terminal's title or hold a link."""
     task = find_task(task_ref)
     for entry in task.log_entries(node=node, tail=tail, follow=follow,  # type: ignore[arg-type]
-                                  since=since_time(since), source=source, rank=rank):
-        click.echo(json.dumps(entry, sort_keys=True) if as_json else entry["line"])
+                                  since=since_time(since), source=source, rank=rank,
+                                  color=color):
+        # color=True: click would strip the kept colours when the output is not a terminal
+        click.echo(json.dumps(entry, sort_keys=True) if as_json else entry["line"],
+                   color=color or None)
     if follow:
         task.wait()  # the task ended: tear down what is left of its nodes
 

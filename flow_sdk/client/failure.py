@@ -5,6 +5,7 @@ way with the failure's label and the failures it caused listed as notes."""
 from __future__ import annotations
 
 from flow_sdk import payload, tracebacks, wire
+from flow_sdk.client.tasklogs import shown, shown_lines
 from flow_sdk.errors import (
     RemoteTraceback,
     TaskCancelledError,
@@ -20,7 +21,7 @@ MAX_NOTED = 20  # consequences listed in the notes; the outcome keeps every one
 def task_error(store: SignedStore, task_id: str, outcome: Outcome) -> BaseException:
     """The exception that stands for ``outcome`` (a task that ended without success)."""
     status = TaskStatus(outcome.status)
-    text = f"task {task_id} {status}: {outcome.message}"
+    text = f"task {task_id} {status}: {shown_lines(outcome.message)}"  # it holds a log tail
     if status is TaskStatus.CANCELLED:
         return TaskCancelledError(text, task_id=task_id, status=status.value)
     if status is TaskStatus.TIMED_OUT:
@@ -43,7 +44,8 @@ def task_error(store: SignedStore, task_id: str, outcome: Outcome) -> BaseExcept
             text = f"{info['type']}: {info['message']} ({where})\n{remote}"
     error = TaskFailedError(text + _labelled(outcome), task_id=task_id, node=outcome.node,
                             rank=outcome.rank, exit_code=outcome.exit_code,
-                            signal_name=outcome.signal_name, log_tail=outcome.log_tail,
+                            signal_name=outcome.signal_name,
+                            log_tail=[shown(line) for line in outcome.log_tail],
                             label=outcome.label, consequences=outcome.consequences)
     for line in _consequence_notes(outcome):
         _note(error, line)

@@ -16,7 +16,14 @@ from flow_sdk import payload, poolfiles, sdkwheel, tasksecrets, wire
 from flow_sdk.client.pools import Pool, pool_spec, sdk_digest, start_pool
 from flow_sdk.client.records import save_client_record
 from flow_sdk.client.task import Task
-from flow_sdk.errors import FieldProblem, PoolMismatchError, PoolNotFoundError, ProviderError
+from flow_sdk.errors import (
+    FieldProblem,
+    PoolMismatchError,
+    PoolNotFoundError,
+    ProviderError,
+    RecordError,
+    SignatureError,
+)
 from flow_sdk.providers.base import Instance, Provider
 from flow_sdk.spec import TaskSpec
 from flow_sdk.wire import (
@@ -35,6 +42,7 @@ from flow_sdk.wire.pools import (
     StandbyRecord,
     assignment_key,
     sequence_key,
+    sequence_number,
     sequence_prefix,
     standby_key,
 )
@@ -171,10 +179,24 @@ def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCal
 
 
 def _claim_number(pool: Pool, task_id: str) -> int:
-    """The task's place in the pool's order: the first free number, claimed atomically."""
-    taken = pool.provider.store.list(sequence_prefix(pool.pool_id))
-    number = max((int(k.rsplit("/", 1)[1]) for k in taken), default=-1) + 1
+    """The task's place in the pool's order: the number after the highest claim sealed with
+    the pool's secret, claimed atomically (a number already taken moves it on). Junk under
+    the prefix (a key no client writes, a claim not sealed with the pool's secret) is no
+    claim: it neither fails the launch nor moves the order."""
+    found = (sequence_number(pool.pool_id, key)
+             for key in pool.provider.store.list(sequence_prefix(pool.pool_id)))
+    numbers = sorted({n for n in found if n is not None}, reverse=True)
+    number = next((n + 1 for n in numbers if _sealed_claim(pool, n)), 0)
     while not pool.store.put_record_if_absent(sequence_key(pool.pool_id, number),
                                               SequenceClaim(task_id)):
         number += 1
     return number
+
+
+def _sealed_claim(pool: Pool, number: int) -> bool:
+    """Whether the pool's ``number``-th claim is one of its clients' (sealed, well formed)."""
+    try:
+        raw = pool.store.get_record(sequence_key(pool.pool_id, number))
+        return raw is not None and isinstance(SequenceClaim.from_json(raw).task_id, str)
+    except (SignatureError, RecordError):
+        return False

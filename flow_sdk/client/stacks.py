@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from flow_sdk.errors import TaskError
+from flow_sdk.errors import RecordError, SignatureError, TaskError
 from flow_sdk.spec import TaskSpec
 from flow_sdk.wire import TaskStatus
 from flow_sdk.wire.signing import SignedStore
@@ -99,10 +99,9 @@ def task_stacks(task: Task, node: int | None = None,
     dumps: dict[int, StackDump] = {}
     while True:
         for rank in ranks:
-            raw = None if rank in dumps else task.store.get_record(
-                stack_dump_key(task.task_id, number, rank))
-            if raw is not None:
-                dumps[rank] = StackDump.from_json(raw)
+            dump = None if rank in dumps else sealed_dump(task, number, rank)
+            if dump is not None:
+                dumps[rank] = dump
         if len(dumps) == len(ranks) or time.monotonic() > deadline or task.status.is_terminal:
             break
         time.sleep(0.2)
@@ -110,11 +109,27 @@ def task_stacks(task: Task, node: int | None = None,
                   [r for r in ranks if r not in dumps])
 
 
+def sealed_dump(task: Task, number: int, rank: int) -> StackDump | None:
+    """Rank ``rank``'s answer to stacks request ``number``; None while there is none, and
+    for one not sealed with the task's secret or not well formed (no node wrote it)."""
+    try:
+        raw = task.store.get_record(stack_dump_key(task.task_id, number, rank))
+        return None if raw is None else StackDump.from_json(raw)
+    except (SignatureError, RecordError):
+        return None
+
+
 def task_stalls(task: Task) -> list[StallRecord]:
-    """The stalls the task's leader saw, oldest first."""
+    """The stalls the task's leader saw, oldest first; an object under the stalls' prefix
+    that is not a stall record sealed with the task's secret (forged, altered, of another
+    shape) is no stall: it is left out."""
     found = []
     for key in task.store.list(stalls_prefix(task.task_id)):
-        raw = task.store.get_record(key)
-        if raw is not None:
-            found.append(StallRecord.from_json(raw))
+        try:
+            raw = task.store.get_record(key)
+            stall = None if raw is None else StallRecord.from_json(raw)
+        except (SignatureError, RecordError):
+            continue
+        if stall is not None:
+            found.append(stall)
     return sorted(found, key=lambda s: s.number)

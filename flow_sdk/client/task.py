@@ -240,7 +240,7 @@ class Task:
         if self.wait(timeout) is not TaskStatus.SUCCEEDED:
             raise self._error()
         keys = self.provider.store.list(wire.results_prefix(self.task_id))
-        ranks = sorted(int(name) for key in keys if (name := key.rsplit("/", 1)[1]).isdigit())
+        ranks = sorted(n for k in keys if (n := wire.key_number(k.rsplit("/", 1)[1])) is not None)
         return [self._load_result(rank) for rank in ranks]
 
     def _load_result(self, rank: int) -> Any:
@@ -318,14 +318,14 @@ class Task:
 
     def log_entries(self, node: int | None = None, tail: int | None = None,
                     follow: bool = False, since: float | None = None,
-                    source: LogSource = "workers", rank: int | None = None
-                    ) -> Iterator[dict[str, Any]]:
+                    source: LogSource = "workers", rank: int | None = None,
+                    color: bool = False) -> Iterator[dict[str, Any]]:
         """The lines of ``logs()`` as dicts: ``ts`` (epoch), ``node``, ``rank`` (None for
         agent, boot and event lines), ``kind`` ("worker", "flow", "agent" or "boot") and
-        ``text``, and ``line``, the labelled line ``logs()`` gives."""
+        ``text``, and ``line``, the labelled line ``logs()`` gives (colour kept: ``color``)."""
         self.check_node(node)
         self.check_rank(rank)
-        return self._logs.entries(node, tail, follow, since, source, rank)
+        return self._logs.entries(node, tail, follow, since, source, rank, color)
 
     def check_node(self, node: int | None) -> None:
         """Raise ``ValidationError`` when the task has no node ``node``."""

@@ -4,6 +4,7 @@ the merge of every stream in time order, once or following them as they are writ
 from __future__ import annotations
 
 import bisect
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -11,12 +12,44 @@ from typing import Any, Literal
 
 from flow_sdk import wire
 from flow_sdk.wire import StreamKind
+from flow_sdk.wire.keys import rank_stream_place
 from flow_sdk.providers.base import LogRecord, Provider
 
 LogSource = Literal["workers", "agent", "boot", "all"]
 LOG_SOURCES: tuple[LogSource, ...] = ("workers", "agent", "boot", "all")
 _FOLLOW_POLL_S = 0.05
 _FOLLOW_STATUS_S = 0.5  # how often a follow asks whether the task ended
+# What a terminal acts on instead of showing: C0 but tab, DEL, C1, the Unicode line and
+# paragraph separators, and the bidirectional embeddings, overrides and isolates.
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
+_SGR = re.compile("\x1b\\[[0-9;:]{0,32}m")  # colour and style: ESC [ params m
+_RESET = "\x1b[0m"
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(text: str, color: bool = False) -> str:
+    """``text`` as a terminal or page may show it: every control character written as
+    visible, inert text (ESC as ``\\x1b``, so ``ESC [2K`` reads ``\\x1b[2K``); a line cannot
+    move the cursor, erase its label, set a title or open a link. With ``color``, colour and
+    style sequences (``ESC [ ... m``) stay, and a line that used one ends with a reset, so it
+    cannot colour (or hide) the next line's label."""
+    if not color:
+        return _CONTROLS.sub(_escaped, text)
+    parts, start = [], 0
+    for sgr in _SGR.finditer(text):
+        parts += [_CONTROLS.sub(_escaped, text[start:sgr.start()]), sgr.group()]
+        start = sgr.end()
+    parts.append(_CONTROLS.sub(_escaped, text[start:]))
+    return "".join(parts) + (_RESET if start else "")
+
+
+def shown_lines(text: str) -> str:
+    """A message of several lines (``\\n`` between them), each ``shown``."""
+    return "\n".join(shown(line) for line in text.split("\n"))
 
 
 @dataclass(frozen=True)
@@ -55,16 +88,17 @@ class TaskLogs:
                ) -> tuple[int | None, str] | None:
         """(node, label) of a stream, or None for a stream of no known kind."""
         if stream.startswith("node-"):
-            node_part, _, rank_part = stream.partition(".")
-            n = int(node_part.split("-")[1])
-            rank = rank_part.split("-")[1]
+            place = rank_stream_place(stream)
+            if place is None:
+                return None
+            n, rank = place
             extra = f" [rank {rank}]" if self._slots_per_node() > 1 else ""
             return n, f"[Node {n}]\0{extra}"
         kind, _, instance = stream.partition(".")
         if kind not in (StreamKind.AGENT, StreamKind.BOOT):
             return None
         index = node_of.get(instance) if node_of is not None else None
-        head = f"[Node {index}]" if index is not None else f"[{instance}]"
+        head = f"[Node {index}]" if index is not None else f"[{shown(instance)}]"
         return index, f"{head}\0 [{kind}]"
 
     def _streams(self, node: int | None, source: LogSource,
@@ -91,30 +125,34 @@ class TaskLogs:
                 chosen[stream] = entry
         return chosen
 
-    def format(self, line: Line) -> str:
+    def format(self, line: Line, color: bool = False) -> str:
+        """``[Node i] [HH:MM:SS] text``: the label from the stream's name, the text ``shown``
+        (with ``color``, its colour sequences kept)."""
         head, _, extra = line.label.partition("\0")
         second = int(line.record.ts)
         if second != self._clock[0]:
             self._clock = (second, time.strftime("%H:%M:%S", time.localtime(second)))
-        return f"{head} [{self._clock[1]}]{extra} {line.record.text}"
+        return f"{head} [{self._clock[1]}]{extra} {shown(line.record.text, color)}"
 
     def entries(self, node: int | None = None, tail: int | None = None,
                     follow: bool = False, since: float | None = None,
-                    source: LogSource = "workers", rank: int | None = None
-                    ) -> Iterator[dict[str, Any]]:
+                    source: LogSource = "workers", rank: int | None = None,
+                    color: bool = False) -> Iterator[dict[str, Any]]:
         """The lines of ``lines()`` as dicts: ``ts`` (epoch), ``node``, ``rank`` (None for
         agent, boot and event lines), ``kind`` ("worker", "flow", "agent" or "boot") and
-        ``text``, and ``line``, the labelled line ``logs()`` gives."""
+        ``text`` (as written), and ``line``, the labelled line ``logs()`` gives (``format``,
+        with ``color``)."""
         for line in self.lines(node, tail, follow, since, source, rank):
             kind = _kind(line.stream)
-            if kind == "node":
-                worker_rank: int | None = int(line.stream.rsplit("-", 1)[1])
+            place = rank_stream_place(line.stream)
+            if place is not None:
+                worker_rank: int | None = place[1]
                 kind = "worker"
             else:
                 worker_rank = None
                 kind = "flow" if "[flow]" in line.label else kind
             yield {"ts": line.record.ts, "node": line.node, "rank": worker_rank, "kind": kind,
-                   "text": line.record.text, "line": self.format(line)}
+                   "text": line.record.text, "line": self.format(line, color)}
 
     def lines(self, node: int | None, tail: int | None, follow: bool, since: float | None,
               source: LogSource, rank: int | None) -> Iterator[Line]:

@@ -6,6 +6,10 @@ cannot drift apart.
 
 from __future__ import annotations
 
+import re
+
+_RANK_STREAM = re.compile(r"node-(0|[1-9][0-9]{0,8})\.rank-(0|[1-9][0-9]{0,8})")
+
 
 def payload_key(digest: str, pool_id: str = "") -> str:
     """A content-addressed payload (a call's code or its arguments); a pool's tasks keep
@@ -98,9 +102,24 @@ def task_prefix(task_id: str) -> str:
     return f"tasks/{task_id}/"
 
 
+def key_number(text: str) -> int | None:
+    """The number a key's last part spells in ASCII decimal digits (at most 18), else None.
+    ``str.isdigit`` alone is no guard: it accepts "²" and other digits ``int`` refuses."""
+    if not (0 < len(text) <= 18 and text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 def rank_stream(node: int, rank: int) -> str:
     """The log stream of one worker."""
     return f"node-{node}.rank-{rank}"
+
+
+def rank_stream_place(stream: str) -> tuple[int, int] | None:
+    """(node, rank) of a worker's log stream name; None for any name ``rank_stream`` does
+    not write."""
+    match = _RANK_STREAM.fullmatch(stream)
+    return None if match is None else (int(match[1]), int(match[2]))
 
 
 def agent_stream(instance_id: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,9 @@ from flow_sdk.wire.keys import task_prefix
 from flow_sdk.wire.records import _fields_of
 
 STALL_ACTIONS = ("warn", "fail")
+MAX_COUNT = 2**31 - 1  # ranks, nodes and request numbers
+MAX_EPOCH_S = 253402300800.0  # 10000-01-01: later times are no clock's
+_NUMBER_RE = re.compile(r"0|[1-9][0-9]{0,9}")
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
 # Frames of torch.distributed's collectives: a rank inside one waits for its peers.
 _COLLECTIVE_FILES = ("torch/distributed/",)
@@ -45,13 +49,46 @@ def stalls_prefix(task_id: str) -> str:
 
 
 def request_numbers(keys: list[str]) -> list[int]:
-    """The request numbers among keys listed under ``stacks_prefix``."""
+    """The request numbers among keys listed under ``stacks_prefix`` (any other key, junk
+    included, names none)."""
     found = []
     for key in keys:
         part = key.rstrip("/").split("/")
-        if len(part) >= 2 and part[-1] == "request.json" and part[-2].isdigit():
+        if len(part) >= 2 and part[-1] == "request.json" and _NUMBER_RE.fullmatch(part[-2]):
             found.append(int(part[-2]))
     return sorted(found)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _counts(value: Any) -> bool:
+    return isinstance(value, list) and all(_count(v) for v in value)
+
+
+def _seconds(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and 0 <= value < MAX_EPOCH_S)  # NaN compares false: refused too
+
+
+def _typed(cls: type[Any], data: bytes, kinds: dict[str, tuple[Callable[[Any], bool], str]]
+           ) -> dict[str, Any]:
+    """``_fields_of``, and each field of ``kinds`` of the kind it names (else RecordError)."""
+    raw = _fields_of(cls, data)
+    for name, (fits, kind) in kinds.items():
+        if name in raw and not fits(raw[name]):
+            shown = repr(raw[name])
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise RecordError(f"{cls.__name__}.{name} is {shown}, not {kind}; run the same "
+                              "flow-sdk version on the client and the nodes")
+    return raw
+
+
+_COUNT = (_count, "a whole number from 0")
+_COUNTS = (_counts, "a list of whole numbers from 0")
+_SECONDS = (_seconds, "a number of seconds from 0")
+_TEXT = (lambda v: isinstance(v, str), "a string")
 
 
 @dataclass(frozen=True)
@@ -63,10 +100,9 @@ class StacksRequest:
 
     @classmethod
     def from_json(cls, data: bytes) -> StacksRequest:
-        raw = _fields_of(cls, data)
-        if raw["node"] is not None and not isinstance(raw["node"], int):
-            raise RecordError(f"StacksRequest.node is {raw['node']!r}, not a node index")
-        return cls(**raw)
+        return cls(**_typed(cls, data, {
+            "number": _COUNT, "node": (lambda v: v is None or _count(v), "a node index"),
+            "reason": _TEXT, "requested_at": _SECONDS}))
 
 
 @dataclass(frozen=True)
@@ -79,7 +115,8 @@ class StackDump:
 
     @classmethod
     def from_json(cls, data: bytes) -> StackDump:
-        return cls(**_fields_of(cls, data))
+        return cls(**_typed(cls, data, {"rank": _COUNT, "node": _COUNT, "text": _TEXT,
+                                        "taken_at": _SECONDS, "how": _TEXT}))
 
     def main_frames(self) -> list[tuple[str, int, str]]:
         """The frames of Python's main thread, innermost first: (file, line, function)."""
@@ -105,7 +142,10 @@ class StallRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> StallRecord:
-        raw = _fields_of(cls, data)
+        raw = _typed(cls, data, {
+            "number": _COUNT, "ranks": _COUNTS, "odd_ranks": _COUNTS, "idle_s": _SECONDS,
+            "timeout_s": _SECONDS, "stacks_request": _COUNT, "message": _TEXT, "at": _SECONDS,
+            "extra": (lambda v: isinstance(v, dict), "a JSON object")})
         if raw["action"] not in STALL_ACTIONS:
             raise RecordError(f"StallRecord.action is {raw['action']!r}, not one of "
                               f"{list(STALL_ACTIONS)}")

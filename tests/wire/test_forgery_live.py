@@ -225,7 +225,8 @@ def steady_answer() -> int:
 def test_hostile_packets_and_objects_during_a_live_task_leave_it_succeeded() -> None:
     """While a 2-node task runs, someone without its secret sends the leader's store a
     deeply nested line and holds idle connections, and writes a forged FAILED outcome whose
-    MAC is not ASCII and a junk node record: the task still SUCCEEDS with its real result."""
+    MAC is not ASCII, a junk node record and a junk result key: the task still SUCCEEDS with
+    its real results."""
     task = steady_answer.spawn()
     wait_until(lambda: sum("ready" in line for line in task.logs()) == 2, 90, "2 ranks ready")
     leader = next(n for n in task.nodes() if n.node == 0)
@@ -239,7 +240,10 @@ def test_hostile_packets_and_objects_during_a_live_task_leave_it_succeeded() -> 
                              "mac": "\u00e9" * 64}, ensure_ascii=False).encode()
         task.provider.store.put(wire.outcome_key(task.task_id), forged)
         task.provider.store.put(f"{wire.nodes_prefix(task.task_id)}000007.json", b"junk")
+        # "\u00b2" passes str.isdigit but not int(): a result key no rank writes
+        task.provider.store.put(wire.results_prefix(task.task_id) + "\u00b2", b"junk")
         assert task.result(timeout=120) == 42
+        assert task.results() == [42, 42]
     finally:
         for sock in idle:
             sock.close()

@@ -20,6 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from flow_sdk import wire
 from flow_sdk.client.dashboard import auth, opener, pages, policy, streams, views
 from flow_sdk.client.dashboard.taskpage import task_page
 from flow_sdk.client.stacks import Stacks
@@ -35,9 +36,10 @@ def _int_param(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name, "")
     if raw == "":
         return None
-    if not raw.lstrip("-").isdigit():
+    number = wire.key_number(raw.removeprefix("-"))
+    if number is None:
         raise ValidationError([FieldProblem(name, f"{raw!r} is not a whole number")])
-    return int(raw)
+    return -number if raw.startswith("-") else number
 
 
 def _refusal(exc: FlowError) -> Response:

@@ -6,6 +6,7 @@ import time
 
 from flow_sdk import wire
 from flow_sdk.providers.base import LogRecord, Provider
+from flow_sdk.wire.loglines import split_lines
 
 
 class AgentLog:
@@ -21,5 +22,6 @@ class AgentLog:
 
     def event(self, message: str) -> None:
         """A task event (lost node, restart, replacement, generation): the caller shows it
-        among the workers' output as an SDK line."""
-        self(wire.EVENT_MARK + message)
+        among the workers' output as an SDK line (each of its lines, when it has several)."""
+        for line in split_lines(message):
+            self(wire.EVENT_MARK + line)

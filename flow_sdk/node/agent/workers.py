@@ -21,6 +21,7 @@ from flow_sdk.node.agent.worker import (
 )
 from flow_sdk.node.current import PROGRESS_PATH_ENV
 from flow_sdk.providers.base import LogRecord, LogStore
+from flow_sdk.wire.loglines import LineSplitter
 
 Spawn = Callable[[Mapping[str, str], Path], _spawn.Process]
 
@@ -63,15 +64,26 @@ class _Worker:
         self._pump.start()
 
     def _pump_output(self) -> None:
+        """Ship the worker's output as it comes, one record per line (``wire.loglines``:
+        each update a progress bar redraws with ``\\r`` is a line of its own)."""
         assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
-            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            self.last_line_at = time.time()
-            if self.first_line_at is None:
-                self.first_line_at = self.last_line_at
-            self.tail.append(text)
-            self._writer.write([LogRecord(time.time(), text)])
+        fd = self.proc.stdout.fileno()
+        splitter = LineSplitter()
+        while chunk := os.read(fd, 65536):
+            self._ship(splitter.feed(chunk))
+        self._ship(splitter.finish())
         self._writer.close()
+
+    def _ship(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        now = time.time()
+        self.last_line_at = now
+        if self.first_line_at is None:
+            self.first_line_at = now
+        texts = [raw.decode("utf-8", errors="replace") for raw in lines]
+        self.tail.extend(texts)
+        self._writer.write([LogRecord(now, text) for text in texts])
 
     def join_output(self, timeout_s: float) -> None:
         self._pump.join(timeout_s)

@@ -29,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message, tolerating
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, safe_part
+from flow_sdk.wire.loglines import split_lines
 
 MAX_BATCH_EVENTS = 10_000
 MAX_BATCH_BYTES = 1_048_576
@@ -141,9 +142,10 @@ class CloudWatchLogWriter(LogWriter):
                                 "writer to write more lines")
         with self._lock:
             for record in records:
-                event = (int(record.ts * 1000), encode_message(record.text))
-                self._pending.append(event)
-                self._pending_bytes += event_bytes(event)
+                for line in split_lines(record.text):  # one event per line
+                    event = (int(record.ts * 1000), encode_message(line))
+                    self._pending.append(event)
+                    self._pending_bytes += event_bytes(event)
             overflow = len(self._pending) - MAX_PENDING_EVENTS
             if overflow > 0:
                 del self._pending[:overflow]

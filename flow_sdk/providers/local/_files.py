@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import IO, ClassVar
 
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore, safe_part
+from flow_sdk.wire.loglines import split_lines
+
+MAX_EPOCH_S = 253402300800.0  # 10000-01-01: later times are no clock's
 
 
 def private_dirs(folder: Path) -> None:
@@ -101,7 +104,8 @@ class _FileLogWriter(LogWriter):
 
     def write(self, records: list[LogRecord]) -> None:
         if records:
-            text = "".join(f"{r.ts:.6f}\t{r.text.replace(chr(10), ' ')}\n" for r in records)
+            text = "".join(f"{r.ts:.6f}\t{line}\n" for r in records
+                           for line in split_lines(r.text))
             self._fh.write(text.encode("utf-8", errors="replace"))
 
     def close(self) -> None:
@@ -134,11 +138,36 @@ class FileLogStore(LogStore):
             fh.seek(cursor)
             chunk = fh.read()
         end = chunk.rfind(b"\n") + 1  # only whole lines; a half-written one waits
-        records = []
-        for raw in chunk[:end].splitlines():
-            ts, _, text = raw.decode("utf-8", errors="replace").partition("\t")
-            records.append(LogRecord(float(ts), text))
-        return records, cursor + end
+        return parse_log_lines(chunk[:end]), cursor + end
+
+
+def _stamp(text: str) -> float | None:
+    """The epoch seconds a record starts with, or None when it is not a time a clock shows."""
+    if not 0 < len(text) <= 32:
+        return None
+    try:
+        ts = float(text)
+    except ValueError:
+        return None
+    return ts if 0.0 <= ts < MAX_EPOCH_S else None
+
+
+def parse_log_lines(data: bytes) -> list[LogRecord]:
+    """The records of whole ``<epoch seconds>\\t<text>\\n`` lines. Total: the text is
+    everything after the tab, line ends other than ``\\n`` included (an older writer's
+    ``\\r``); a line without a readable time keeps all of it as text, stamped with the
+    time of the record before it, so no byte of a stream is lost or raises."""
+    records: list[LogRecord] = []
+    last = 0.0
+    for raw in data.split(b"\n")[:-1]:
+        line = raw.decode("utf-8", errors="replace")
+        head, tab, text = line.partition("\t")
+        ts = _stamp(head) if tab else None
+        if ts is None:
+            ts, text = last, line
+        records.append(LogRecord(ts, text))
+        last = ts
+    return records
 
 
 class LocalLogStore(FileLogStore):

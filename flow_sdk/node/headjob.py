@@ -68,7 +68,7 @@ class HeadJobError(FlowError, RuntimeError):
 def link_key(secret: bytes) -> str:
     """The head job's link key (hex) for a task's secret: the agent sets it as ``KEY_ENV``.
     Derived, so a worker's environment never holds the secret that signs the task's store."""
-    return signing.mac(secret, "head-job-link", b"")
+    return signing.derive_key(secret, signing.Purpose.HEAD_JOB_LINK).hex()
 
 
 def _key_from_env() -> bytes:

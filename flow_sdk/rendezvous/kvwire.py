@@ -1,11 +1,12 @@
 """The key-value store's wire format: limits, the connect handshake, request validation.
 
 One JSON object per line each way. A connection starts with a challenge-response that proves
-to each side that the other holds the task's secret (the secret never crosses the wire):
+to each side that the other holds the task's secret (the secret never crosses the wire). K is
+the store's handshake key, derived from the secret (``signing.Purpose.STORE_HANDSHAKE``):
 
-    server -> {"hello": "flow-kv/2", "nonce": SN}
-    client -> {"auth": HMAC(secret, "kv-client", SN CN), "nonce": CN}
-    server -> {"ok": true, "auth": HMAC(secret, "kv-server", SN CN)}
+    server -> {"hello": "flow-kv/3", "nonce": SN}
+    client -> {"auth": HMAC(K, "kv-client", SN CN), "nonce": CN}
+    server -> {"ok": true, "auth": HMAC(K, "kv-server", SN CN)}
 
 A client that fails it is dropped before any request is read.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from flow_sdk.wire import signing
 
-VERSION = "flow-kv/2"
+VERSION = "flow-kv/3"  # 3: the handshake proves the derived key, not the secret
 NONCE_HEX = 32
 MAX_HELLO_LINE = 1024  # a line before authentication
 MAX_LINE = 4 << 20  # a request line after authentication
@@ -36,7 +37,8 @@ def new_nonce() -> str:
 
 def proof(secret: bytes, role: str, server_nonce: str, client_nonce: str) -> str:
     """What ``role`` ("kv-client" or "kv-server") sends to prove it holds the secret."""
-    return signing.mac(secret, role, f"{server_nonce}:{client_nonce}".encode())
+    return signing.mac(signing.derive_key(secret, signing.Purpose.STORE_HANDSHAKE), role,
+                       f"{server_nonce}:{client_nonce}".encode())
 
 
 def is_nonce(value: Any) -> bool:
@@ -86,4 +88,4 @@ def as_count(value: str | None) -> int | None:
     if value is None:
         return None
     text = value[1:] if value.startswith("-") else value
-    return int(value) if text.isdigit() and len(text) < 16 else None
+    return int(value) if text.isascii() and text.isdigit() and len(text) < 16 else None

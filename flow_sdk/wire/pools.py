@@ -45,6 +45,16 @@ def sequence_prefix(pool_id: str) -> str:
     return f"{task_prefix(pool_id)}sequence/"
 
 
+def sequence_number(pool_id: str, key: str) -> int | None:
+    """The number a key listed under ``sequence_prefix`` claims; None for any key
+    ``sequence_key`` does not write (junk under the prefix is no claim)."""
+    digits = key.removeprefix(sequence_prefix(pool_id))
+    if not (8 <= len(digits) <= 18 and digits.isascii() and digits.isdigit()):
+        return None
+    number = int(digits)
+    return number if sequence_key(pool_id, number) == key else None
+
+
 def assignment_key(pool_id: str, instance_id: str, number: int) -> str:
     return f"{task_prefix(pool_id)}assign/{instance_id}/{number:08d}.json"
 

@@ -3,6 +3,8 @@ limits drop a peer without stopping the server, and waits are answered by the se
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -70,6 +72,22 @@ def test_a_connection_without_the_secret_is_dropped_and_changes_nothing(
     client = KVClient("127.0.0.1", server.port, SECRET, connect_timeout_s=5)
     assert client.multi_get(["g0/fail/count", "g0/done/0"]) == ["0", None]
     assert server.dropped == 1
+    client.close()
+
+
+def test_a_proof_keyed_with_the_secret_itself_is_dropped(server: KVServer) -> None:
+    """The handshake proves the store's handshake key, derived from the secret: a client that
+    keys its proof with the secret itself (the record MAC of the old scheme) is not served."""
+    sock, hello = _raw(server.port)
+    mine = kvwire.new_nonce()
+    raw_keyed = hmac.new(SECRET, b"kv-client\0" + f"{hello['nonce']}:{mine}".encode(),
+                         hashlib.sha256).hexdigest()
+    sock.sendall(json.dumps({"auth": raw_keyed, "nonce": mine}).encode() + b"\n"
+                 + b'{"op": "set", "key": "g0/done/0", "value": "1"}\n')
+    assert _closed_by_server(sock)
+    sock.close()
+    client = KVClient("127.0.0.1", server.port, SECRET, connect_timeout_s=5)
+    assert client.get("g0/done/0") is None and server.dropped == 1
     client.close()
 
 

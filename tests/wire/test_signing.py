@@ -1,7 +1,10 @@
-"""The task secret and the HMAC envelopes of everything that crosses the store."""
+"""The task secret, the keys derived from it per purpose, and the HMAC envelopes of
+everything that crosses the store."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import stat
@@ -12,6 +15,8 @@ import pytest
 
 from flow_sdk import tasksecrets
 from flow_sdk._config import flow_home
+from flow_sdk.node import headjob
+from flow_sdk.rendezvous import kvwire
 from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError, TaskSecretError
 from flow_sdk.providers.local import FileObjectStore
@@ -66,6 +71,63 @@ def test_blobs_are_checked_before_anyone_reads_them() -> None:
             signing.open_blob(SECRET, "tasks/t/results/000000", bad)
     with pytest.raises(SignatureError, match="results/000001"):
         signing.open_blob(SECRET, "tasks/t/results/000001", blob)
+
+
+def _raw_keyed_mac(secret: bytes, label: str, data: bytes) -> str:
+    """The old scheme's MAC: HMAC-SHA256 keyed with the secret itself."""
+    return hmac.new(secret, label.encode() + b"\0" + data, hashlib.sha256).hexdigest()
+
+
+def test_a_mac_keyed_with_the_secret_itself_no_longer_verifies() -> None:
+    fields = {"status": "SUCCEEDED", "at": 1.5}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    record = json.dumps({**fields, "mac": _raw_keyed_mac(SECRET, "k.json", canonical)}).encode()
+    with pytest.raises(SignatureError, match="does not match"):
+        signing.open_record(SECRET, "k.json", record)
+    blob = b"FLOWMAC1" + _raw_keyed_mac(SECRET, "r/0", b"data").encode() + b"data"
+    with pytest.raises(SignatureError, match="does not match"):
+        signing.open_blob(SECRET, "r/0", blob)
+
+
+def test_every_purpose_has_its_own_key_and_none_is_the_secret() -> None:
+    keys = {purpose: signing.derive_key(SECRET, purpose) for purpose in signing.Purpose}
+    assert len(set(keys.values()) | {SECRET}) == len(keys) + 1
+    assert all(len(key) == 32 for key in keys.values())
+    assert keys == {purpose: signing.derive_key(SECRET, purpose) for purpose in signing.Purpose}
+    assert signing.derive_key(OTHER, signing.Purpose.RECORD_MAC) != keys[
+        signing.Purpose.RECORD_MAC]
+
+
+def test_what_one_purpose_makes_is_refused_by_another() -> None:
+    """Under one key for everything, a store handshake proof or the head job's link key was
+    also a valid blob MAC (same label and data); with a key per purpose neither opens."""
+    nonces = f"{'a' * 32}:{'b' * 32}".encode()
+    proof = kvwire.proof(SECRET, "kv-client", "a" * 32, "b" * 32)
+    assert proof != _raw_keyed_mac(SECRET, "kv-client", nonces)
+    with pytest.raises(SignatureError, match="does not match"):
+        signing.open_blob(SECRET, "kv-client", b"FLOWMAC1" + proof.encode() + nonces)
+    link = headjob.link_key(SECRET)
+    assert link != signing.derive_key(SECRET, signing.Purpose.STORE_HANDSHAKE).hex()
+    with pytest.raises(SignatureError, match="does not match"):
+        signing.open_blob(SECRET, "head-job-link", b"FLOWMAC1" + link.encode())
+
+
+def test_a_signed_store_derives_its_key_once_and_matches_the_functions(
+        tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def secret() -> bytes:
+        calls.append(1)
+        return SECRET
+
+    store = signing.SignedStore(FileObjectStore(tmp_path), secret)
+    assert calls == []  # not read until needed
+    store.put_record("a.json", {"status": "FAILED"})
+    store.put_blob("b", b"data")
+    assert store.get_record("a.json") == signing.seal_record(SECRET, "a.json",
+                                                             {"status": "FAILED"})
+    assert signing.open_blob(SECRET, "b", (tmp_path / "b").read_bytes()) == b"data"
+    assert calls == [1]
 
 
 def test_a_payload_must_have_the_digest_the_signed_record_names() -> None:

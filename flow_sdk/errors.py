@@ -175,7 +175,7 @@ class LaunchDeclinedError(FlowError):
 
 
 class SignatureError(PayloadError):
-    """An object read from a task's store failed its HMAC-SHA256 check with the task's
+    """An object read from a task's store failed its HMAC-SHA256 or AES-GCM check with the task's
     secret: it was forged, altered, or written for another key. ``key`` names it. Nothing of
     it was unpickled or acted on."""
 

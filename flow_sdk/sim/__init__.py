@@ -7,11 +7,17 @@ simulated account it brings up itself:
   recorded in ``server.json`` (pid, port, started) and reused by every later command while it
   runs; ``_serve`` is that server's process, which stops itself after ``idle_stop_s`` with no
   request and no running instance. ``python -m flow_sdk.sim stop`` stops it at once.
-* ``_gaps``: what moto lacks and flow calls (EC2 placement groups), in the server only.
+* ``_access``: who may use the account: moto's IAM access control on in the server, the
+  account's IAM user and its keys (``keys.json``, 0600, beside ``server.json``), moto's admin
+  endpoints refused; ``_arns``: the resource ARNs moto's checks need for the calls nodes make.
+* ``_gaps``: what moto lacks and flow calls (EC2 placement groups, the instance profile of
+  every instance of a launch), in the server only.
 * ``_inventory``: what the account still holds, listed by ``flow gc --provider aws-sim``.
 
 * ``_nodes``: the node runtime handed to the aws provider (``SimulatedNodes``): each
-  instance a process here (``_instance``) with an IMDSv2 emulator (``_imds``), its user-data
+  instance a process here (``_instance``) with an IMDSv2 emulator (``_imds``) that answers
+  the instance's processes only and hands them their role's credentials (``_rolecreds``),
+  its user-data
   run as root in a mount namespace of its own (``_root``), and shims (``shims/``) for what
   cannot exist here; it owns and stops those processes, their mounts and loop devices.
 * ``_settings``: the aws-sim provider_config and the node settings.

@@ -1,7 +1,10 @@
 """What the simulated account's moto server lacks and flow calls: EC2 placement groups
 (``CreatePlacementGroup``, ``DescribePlacementGroups``, ``DeletePlacementGroup``), kept in
-this server process's memory, per account and region. Installed once by ``install()`` in the
-server process (``_serve``), never in a caller's; the tests' in-process moto takes ``ACTIONS``."""
+this server process's memory, per account and region, and the instance profile of every
+instance of a launch (moto associates it with the first one only; each simulated instance's
+metadata service hands out its role's credentials). Installed once by ``install()`` in the
+server process (``_serve``), never in a caller's; the tests' in-process moto takes ``ACTIONS``
+and ``profile_for_every_instance``."""
 
 from __future__ import annotations
 
@@ -71,6 +74,24 @@ def _delete(self: Any) -> Any:
     return ActionResult({})
 
 
+def profile_for_every_instance(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """moto's RunInstances responder, associating the instance profile with every instance
+    it starts, as EC2 does."""
+
+    def run_instances(self: Any) -> Any:
+        result = original(self)
+        name = self._get_param("IamInstanceProfile.Name")
+        arn = self._get_param("IamInstanceProfile.Arn")
+        if name or arn:
+            for instance in result.result.instances[1:]:
+                self.ec2_backend.associate_iam_instance_profile(
+                    instance_id=instance.id, iam_instance_profile_name=name,
+                    iam_instance_profile_arn=arn)
+        return result
+
+    return run_instances
+
+
 # moto's EC2 responder methods, by name, that serve the placement-group actions.
 ACTIONS: dict[str, Callable[[Any], Any]] = {"create_placement_group": _create,
                                             "describe_placement_groups": _describe,
@@ -78,8 +99,11 @@ ACTIONS: dict[str, Callable[[Any], Any]] = {"create_placement_group": _create,
 
 
 def install() -> None:
-    """Give moto's EC2 responder the placement-group actions (this process only)."""
+    """Give moto's EC2 responder the placement-group actions, and an instance profile on
+    every instance of a launch (this process only)."""
     from moto.ec2.responses import EC2Response
 
     for name, fn in ACTIONS.items():
         setattr(EC2Response, name, fn)
+    EC2Response.run_instances = profile_for_every_instance(  # type: ignore[method-assign]
+        EC2Response.run_instances)

@@ -3,7 +3,9 @@
 It plays what EC2 and the instance's OS do for a real node, and nothing more:
 
 * the instance metadata service: an IMDSv2 emulator on loopback (``_imds``), which the node
-  reaches through ``AWS_EC2_METADATA_SERVICE_ENDPOINT``;
+  reaches through ``AWS_EC2_METADATA_SERVICE_ENDPOINT``, and which answers the instance's own
+  processes only; it hands out the credentials of the instance profile's role
+  (``_rolecreds``), the node's only AWS credentials;
 * boot: after ``boot_delay_s`` (a slow image or network), the rendered user-data runs,
   unmodified, with bash as root in a mount namespace of the instance's own (``_root``), in
   the environment a cloud-init run has, plus the endpoint overrides: ``AWS_ENDPOINT_URL``
@@ -36,7 +38,9 @@ from types import FrameType
 
 from flow_sdk.aws_clients import make_client
 from flow_sdk import procs
+from flow_sdk.errors import ProviderError
 from flow_sdk.sim._imds import ImdsEmulator
+from flow_sdk.sim._rolecreds import RoleCredentials
 
 CONTROL_DIR = "/run/flow-sim"  # in the instance's namespace: where ``shutdown`` writes
 POWEROFF_FILE = "poweroff"  # its text: the epoch second to power off at
@@ -87,15 +91,17 @@ def instance_pids(tag: str) -> list[int]:
     return procs.pids_with_env(INSTANCE_ENV, [tag])
 
 
-def boot_env(spec: InstanceSpec, imds_endpoint: str, environ: dict[str, str]) -> dict[str, str]:
-    """The user-data's environment: a cloud-init run's, the endpoint overrides, and the AWS
-    credentials of the simulated cloud (a real node has its instance profile instead)."""
+def boot_env(spec: InstanceSpec, imds_endpoint: str) -> dict[str, str]:
+    """The user-data's environment: a cloud-init run's and the endpoint overrides. It holds
+    no AWS credentials: the node's SDKs and CLI read its role's from the metadata service
+    (given a few seconds and tries, on a busy machine)."""
     python_bin = str(Path(spec.python).parent)
     env = {
         "PATH": os.pathsep.join([spec.shims, python_bin, "/usr/local/sbin", "/usr/local/bin",
                                  "/usr/sbin", "/usr/bin", "/sbin", "/bin"]),
         "HOME": "/root", "LANG": "C.UTF-8",
         "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds_endpoint,
+        "AWS_METADATA_SERVICE_TIMEOUT": "5", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "3",
         "AWS_ENDPOINT_URL": spec.endpoint_url,
         "AWS_DEFAULT_REGION": spec.region,
         "PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -105,9 +111,6 @@ def boot_env(spec: InstanceSpec, imds_endpoint: str, environ: dict[str, str]) ->
     }
     if spec.wheelhouse:
         env["PIP_FIND_LINKS"] = spec.wheelhouse
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        if environ.get(key):
-            env[key] = environ[key]
     return env
 
 
@@ -131,13 +134,22 @@ class Instance:
         return float(self.poweroff.read_text().strip() or "0")
 
     def run(self) -> int:
+        credentials = RoleCredentials(self.spec.instance_id, self.spec.region,
+                                      self.spec.endpoint_url)
         imds = ImdsEmulator({"instance-id": self.spec.instance_id,
                              "local-ipv4": self.spec.address,
-                             "placement/region": self.spec.region})
+                             "placement/region": self.spec.region},
+                            peers=lambda: instance_pids(self.spec.tag),
+                            credentials=credentials)
         endpoint = imds.start()
         (self.node / "control").mkdir(parents=True, exist_ok=True)
+        try:  # made now, so the node's first request is answered at once
+            role = credentials()
+            self.say(f"role {role[0]}" if role else "no instance profile: no role credentials")
+        except ProviderError as exc:
+            self.say(str(exc))
         time.sleep(self.spec.boot_delay_s)
-        env = boot_env(self.spec, endpoint, dict(os.environ))
+        env = boot_env(self.spec, endpoint)
         env_file = self.node / "boot-env.json"
         env_file.write_text(json.dumps(env))
         env_file.chmod(0o600)
@@ -155,6 +167,9 @@ class Instance:
             detach_devices(self.node)
             boot.wait()
             imds.stop()
+            if imds.refused:
+                self.say(f"the metadata service refused {imds.refused} request(s) from "
+                         "processes that are not this instance's")
             self.say("powered off")
         return 0
 

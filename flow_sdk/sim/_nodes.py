@@ -9,7 +9,9 @@ caller's SDK wheel from the store with the AWS CLI, checks its SHA-256, installs
 into ``/opt/flow/venv``, mounts its EFS volumes, arms the runtime cap's ``shutdown`` timer,
 ships its boot log, and starts the agent, exactly as on EC2. The instance's private address is
 mapped onto loopback, and its AWS calls go to the simulated cloud's endpoint
-(``AWS_ENDPOINT_URL``) with the simulated account's credentials, never ones from the task.
+(``AWS_ENDPOINT_URL``) with the credentials of its instance profile's role, which its
+metadata service hands out as EC2's does; the instance processes themselves (which play EC2)
+hold the simulated account's keys, never ones from the task or the caller.
 
 ``SimulatedNodes`` is handed to the aws provider as its node runtime
 (``flow_sdk.providers.aws.NodeRuntime``) by ``AwsSimProvider``: it gets each gang's typed boot
@@ -38,6 +40,7 @@ from typing import Any
 from flow_sdk.errors import ProviderError
 from flow_sdk import procs
 from flow_sdk.providers.aws import NodeBoot
+from flow_sdk.sim._access import read_keys
 from flow_sdk.sim._instance import (
     INSTANCE_ENV,
     SHIMS,
@@ -47,10 +50,11 @@ from flow_sdk.sim._instance import (
 )
 from flow_sdk.sim._settings import NODE_KEY, NodeSettings
 
-# The simulated account's credentials, for the instances' AWS CLI and boto3 (moto takes any):
-# never the caller's own, which need not exist.
-SIMULATED_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-_NOT_INHERITED = {INSTANCE_ENV, "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"}
+# The keys of an AWS API that checks none (provider_config endpoint_url): never the caller's
+# own, which need not exist.
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+_NOT_INHERITED = {INSTANCE_ENV, "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+                  "AWS_EC2_METADATA_SERVICE_ENDPOINT"}
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # instance processes this process started
 _STOP_GRACE_S = 10.0  # an instance stops its own processes (SIGTERM, SIGKILL after 2 s)
@@ -123,11 +127,12 @@ class SimulatedNodes:
         return target
 
     def _environment(self) -> dict[str, str]:
-        """The instance processes' environment: this one's, the simulated account's
-        credentials instead of any of the caller's, and this package importable."""
+        """The instance processes' environment: this one's, the simulated account's keys
+        instead of any of the caller's (or a node's), and this package importable."""
         package_root = str(Path(__file__).resolve().parents[2])
         env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
-        env.update(SIMULATED_CREDENTIALS)
+        keys = self.settings.keys_file
+        env.update(read_keys(Path(keys)).environment() if keys else DUMMY_CREDENTIALS)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         return env
 

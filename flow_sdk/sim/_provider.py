@@ -2,8 +2,11 @@
 
 No credentials and no provider_config are needed: the provider brings the account up itself,
 a moto server on 127.0.0.1 shared by every command of one flow data directory (``_server``),
-reached with dummy credentials that only its own boto3 session carries (the caller's
-environment is left as it is); ``endpoint_url`` names an AWS API that already runs instead.
+which refuses whoever lacks the account's keys (``_access``: a 0600 file beside the server's
+record, read by the provider's own boto3 session only; the caller's environment is left as
+it is); ``endpoint_url`` names an AWS API that already runs instead, reached with dummy keys.
+On a node, the provider uses the node's own credentials: its role's, from its instance
+metadata service.
 Instances boot through the real bootstrap as simulated instances: the aws provider is handed
 this package's node runtime (``_nodes.SimulatedNodes``), under ``$FLOW_HOME/aws-sim/cloud``
 by default, from an AMI registered in the simulated account whose image Python is the
@@ -12,6 +15,7 @@ caller's.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -29,14 +33,15 @@ from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk import procs
 from flow_sdk.providers.aws import AwsConfig, AwsProvider
 from flow_sdk.providers.base import GcReport, SshEndpoint
+from flow_sdk.sim._access import KEYS_FILE, AccountKeys, read_keys
 from flow_sdk.sim._inventory import SimGcReport, holdings
 from flow_sdk.sim._nodes import SimulatedNodes
 from flow_sdk.sim._server import CLOUD_DIR, INSTALL_HINT, ensure_server, stop_server
 from flow_sdk.sim._settings import NODE_KEY, NodeSettings, SimSettings
 from flow_sdk.spec import TaskSpec
 
-HOME_DIR = "aws-sim"  # under $FLOW_HOME: the server's record, lock and log, and the cloud
-# The simulated account's credentials: moto takes any; only this provider's session has them.
+HOME_DIR = "aws-sim"  # under $FLOW_HOME: the server's record, keys, lock and log, the cloud
+# The keys of an AWS API named by endpoint_url, which checks none (a test's moto server).
 DUMMY_KEY = "testing"
 
 
@@ -45,8 +50,13 @@ def sim_home() -> Path:
     return flow_home() / HOME_DIR
 
 
-def dummy_session(region: str) -> boto3.session.Session:
-    return boto3.session.Session(aws_access_key_id=DUMMY_KEY, aws_secret_access_key=DUMMY_KEY,
+def account_session(region: str, keys: AccountKeys | None) -> boto3.session.Session:
+    """A session with the account's keys (dummy ones for an API that checks none)."""
+    if keys is None:
+        return boto3.session.Session(aws_access_key_id=DUMMY_KEY,
+                                     aws_secret_access_key=DUMMY_KEY, region_name=region)
+    return boto3.session.Session(aws_access_key_id=keys.access_key_id,
+                                 aws_secret_access_key=keys.secret_access_key,
                                  region_name=region)
 
 
@@ -78,13 +88,11 @@ def image_id(session: boto3.session.Session, url: str, region: str, python: str)
         VirtualizationType="hvm")["ImageId"])
 
 
-def aws_config(settings: SimSettings, nodes: NodeSettings, session: boto3.session.Session
-               ) -> AwsConfig:
-    """The aws provider_config of the simulated account: its endpoint (the running server's,
-    or ``endpoint_url``), SSH from loopback, and an image that runs the nodes' Python; any
-    aws key the settings give wins."""
+def aws_config(settings: SimSettings, nodes: NodeSettings, session: boto3.session.Session,
+               url: str) -> AwsConfig:
+    """The aws provider_config of the simulated account at ``url``: SSH from loopback, and
+    an image that runs the nodes' Python; any aws key the settings give wins."""
     given = dict(settings.aws)
-    url = given.get("endpoint_url") or ensure_server(sim_home(), settings.idle_stop_s).url
     python = given.get("image_python") or image_python(nodes.python)
     config = {"region": settings.region, "ssh_cidr": "127.0.0.1/32", "image_python": python,
               **given, "endpoint_url": url}
@@ -112,16 +120,23 @@ class AwsSimProvider(AwsProvider):
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *,
                     session: boto3.session.Session | None = None) -> AwsSimProvider:
-        if "launch" in config:  # a node's config, written by its launch
+        if "launch" in config:  # a node's config, written by its launch: its own credentials
             given = dict(config)
             nodes = NodeSettings.from_mapping(given.pop(NODE_KEY, None),
                                               f"provider_config.{NODE_KEY}")
             aws = AwsConfig.from_mapping(given)
-            return cls(aws, None, nodes, session=session or dummy_session(aws.region))
+            return cls(aws, None, nodes, session=session)
         settings = SimSettings.from_mapping(config)
         nodes = settings.node_settings(str(sim_home() / CLOUD_DIR))
-        session = session or dummy_session(settings.region)
-        return cls(aws_config(settings, nodes, session), settings, nodes, session=session)
+        url = settings.aws.get("endpoint_url")
+        keys = None
+        if not url:  # the account's own server: its keys
+            url = ensure_server(sim_home(), settings.idle_stop_s).url
+            keys_file = sim_home() / KEYS_FILE
+            keys = read_keys(keys_file)
+            nodes = dataclasses.replace(nodes, keys_file=str(keys_file))
+        session = session or account_session(settings.region, keys)
+        return cls(aws_config(settings, nodes, session, url), settings, nodes, session=session)
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         """The aws checks; Linux and root (each node's boot runs as root in a mount namespace

@@ -1,9 +1,11 @@
 """The simulated account's moto server process: ``python -m flow_sdk.sim._serve HOME IDLE_S``.
 
-It serves moto (with ``_gaps``) on 127.0.0.1 on a port the kernel picks, records itself in
-``HOME/server.json`` once it listens, and exits, removing that record, on SIGTERM or after
-``IDLE_S`` seconds in which it answered no request and no simulated instance under
-``HOME/cloud`` was running.
+It serves moto (with ``_gaps``) on 127.0.0.1 on a port the kernel picks, with IAM access
+control on (``_access``): before it listens it creates the account's IAM user and writes its
+keys to ``HOME/keys.json`` (0600); it refuses moto's admin endpoints. It records itself in
+``HOME/server.json`` once it listens, and exits, removing that record and its keys, on
+SIGTERM or after ``IDLE_S`` seconds in which it answered no request and no simulated
+instance under ``HOME/cloud`` was running.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from flow_sdk import procs
-from flow_sdk.sim import _gaps
+from flow_sdk.sim import _access, _gaps
 from flow_sdk.sim._instance import INSTANCE_ENV
 from flow_sdk.sim._server import CLOUD_DIR, ServerState, clear_state, locked, write_state
 
@@ -74,17 +76,15 @@ def _idle_exit(home: Path, activity: Activity, idle_s: float) -> None:
 
 def main(argv: list[str]) -> int:
     home, idle_s = Path(argv[0]), float(argv[1])
-    from moto.moto_server.threaded_moto_server import (
-        DomainDispatcherApplication,
-        MotoRequestHandler,
-        create_backend_app,
-        make_server,
-    )
+    from moto.moto_server.threaded_moto_server import MotoRequestHandler, make_server
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     _gaps.install()
+    _access.enforce()
+    keys = _access.create_account()
+    _access.write_keys(home / _access.KEYS_FILE, keys)  # before anyone can connect
     signal.signal(signal.SIGTERM, _stop)
-    activity = Activity(DomainDispatcherApplication(create_backend_app))
+    activity = Activity(_access.guarded_dispatcher())
     server = make_server("127.0.0.1", 0, activity, True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -99,6 +99,7 @@ def main(argv: list[str]) -> int:
         print("idle: stopping", flush=True)
     finally:
         clear_state(home, pid)
+        _access.remove_keys(home / _access.KEYS_FILE, keys)
         server.shutdown()
     return 0
 

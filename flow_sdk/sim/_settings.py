@@ -19,6 +19,8 @@ DEFAULT_REGION = "us-east-1"
 DEFAULT_IDLE_STOP_S = 600.0
 NODE_KEYS = ("root", "minute_s", "boot_delay_s", "wheelhouse", "python", "envs")
 SIM_KEYS = ("idle_stop_s", *NODE_KEYS)
+# Set by the provider, never by a user: where the simulated account's keys are.
+ACCOUNT_KEYS = "keys_file"
 # The aws provider_config keys aws-sim passes on (a node's own launch and code excepted).
 AWS_KEYS = tuple(f.name for f in fields(AwsConfig) if f.name not in ("launch", "code"))
 
@@ -44,6 +46,10 @@ class NodeSettings:
     # instance); None: ``<root>/envs``. Simulated clouds that share it boot a wheel one of them
     # has seen without installing it again, as an image that carries it would.
     envs: str | None = None
+    # The simulated account's key file (``_access``), which the instances read to play EC2
+    # and to hand their nodes the credentials of their role; None: an AWS API that checks no
+    # keys (``endpoint_url``), reached with dummy ones.
+    keys_file: str | None = None
 
     @classmethod
     def from_mapping(cls, value: Any, where: str = "provider_config") -> NodeSettings:
@@ -51,7 +57,7 @@ class NodeSettings:
         if not isinstance(value, Mapping) or not isinstance(value.get("root"), str):
             raise ProviderError(f"{where} must be a mapping with 'root' (a directory for the "
                                 "simulated nodes), e.g. {'root': '/tmp/flow-sim'}")
-        unknown = sorted(set(value) - set(NODE_KEYS))
+        unknown = sorted(set(value) - {*NODE_KEYS, ACCOUNT_KEYS})
         if unknown:
             raise ProviderError(f"{where} has unknown keys {unknown}; known: "
                                 f"{', '.join(NODE_KEYS)}")
@@ -61,12 +67,14 @@ class NodeSettings:
                    python=_absolute(value.get("python") or sys.executable, where, "python",
                                     "the absolute path of a python3 interpreter"),
                    envs=_absolute(value.get("envs"), where, "envs",
-                                  "the absolute path of a directory"))
+                                  "the absolute path of a directory"),
+                   keys_file=_absolute(value.get(ACCOUNT_KEYS), where, ACCOUNT_KEYS,
+                                       "the absolute path of the account's key file"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": self.root, "minute_s": self.minute_s,
                 "boot_delay_s": list(self.boot_delay_s), "wheelhouse": self.wheelhouse,
-                "python": self.python, "envs": self.envs}
+                "python": self.python, "envs": self.envs, ACCOUNT_KEYS: self.keys_file}
 
 
 def _minute_s(value: Any, where: str) -> float:

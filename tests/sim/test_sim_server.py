@@ -58,7 +58,7 @@ def test_bad_settings_are_refused_with_the_known_keys_before_anything_starts(hom
     assert read_state(home) is None and not home.exists()
 
 
-def test_one_server_per_home_reused_and_dummy_credentials_stay_in_the_provider(
+def test_one_server_per_home_reused_and_its_keys_stay_in_the_provider(
         home: Path) -> None:
     first = get_provider("aws-sim")
     assert isinstance(first, AwsSimProvider)

@@ -38,7 +38,7 @@ def _wait_terminal(bench: Bench, sc: Scenario, home: Path, task_id: str,
 
     plan = json.loads((home / "plan.json").read_text())
     config = _client_config(home, task_id, plan["provider_config"])
-    task = handle(task_id, direct_provider(sc.provider, config, bench.url))
+    task = handle(task_id, direct_provider(sc.provider, config, bench.account))
     while True:
         try:
             status = task.status
@@ -108,7 +108,7 @@ def _save_logs(bench: Bench, sc: Scenario, home: Path, finder: TaskFinder) -> No
     for task_id in finder.task_ids():
         config = _client_config(home, task_id, plan["provider_config"])
         try:
-            lines = handle(task_id, direct_provider(sc.provider, config, bench.url)).logs(
+            lines = handle(task_id, direct_provider(sc.provider, config, bench.account)).logs(
                 source="all")
         except Exception as exc:  # kept for debugging only: say why there is none
             lines = [f"logs unreadable: {type(exc).__name__}: {exc}"]
@@ -129,7 +129,7 @@ def _settle_orphan(bench: Bench, sc: Scenario, stage: Stage, finder: TaskFinder,
         for task_id in finder.task_ids():
             config = _client_config(stage.home, task_id, plan["provider_config"])
             try:
-                task = handle(task_id, direct_provider(sc.provider, config, bench.url))
+                task = handle(task_id, direct_provider(sc.provider, config, bench.account))
                 ended = ended and task.status.is_terminal
             except TaskNotFoundError:
                 continue
@@ -162,7 +162,7 @@ def _check_results(sc: Scenario, seen: list[dict[str, Any]], finder: TaskFinder,
         task_id = finder.task_ids()[-1]
         plan = json.loads((home / "plan.json").read_text())
         config = _client_config(home, task_id, plan["provider_config"])
-        results = handle(task_id, direct_provider(sc.provider, config, bench.url)).results()
+        results = handle(task_id, direct_provider(sc.provider, config, bench.account)).results()
     if "caller-sigint" in sc.kinds:  # ``.remote()``: rank 0's value, of a full-size world
         results = results[:1]
         world = _world(sc, finder, bench, home)
@@ -181,7 +181,7 @@ def _world(sc: Scenario, finder: TaskFinder, bench: Bench, home: Path) -> int:
     task_id = finder.task_ids()[-1]
     plan = json.loads((home / "plan.json").read_text())
     config = _client_config(home, task_id, plan["provider_config"])
-    return len(handle(task_id, direct_provider(sc.provider, config, bench.url)).results())
+    return len(handle(task_id, direct_provider(sc.provider, config, bench.account)).results())
 
 
 def _check_logs(bench: Bench, sc: Scenario, stage: Stage, finder: TaskFinder) -> list[str]:
@@ -197,7 +197,7 @@ def _check_logs(bench: Bench, sc: Scenario, stage: Stage, finder: TaskFinder) ->
     plan = json.loads((stage.home / "plan.json").read_text())
     config = _client_config(stage.home, task_id, plan["provider_config"])
     try:
-        lines = handle(task_id, direct_provider(sc.provider, config, bench.url)).logs()
+        lines = handle(task_id, direct_provider(sc.provider, config, bench.account)).logs()
     except Exception as exc:  # an unreadable log is the finding: recorded, not raised
         return [f"logs unreadable: {type(exc).__name__}: {exc}"]
     text = "\n".join(lines)

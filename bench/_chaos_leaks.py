@@ -8,24 +8,15 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
-import boto3
-
+from _chaos_account import Account
 from _chaos_procs import scan
 
-REGION = "us-east-1"
 
-
-def _client(url: str, service: str) -> Any:
-    return boto3.client(service, region_name=REGION, endpoint_url=url,
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
-
-
-def account_leftovers(url: str) -> list[str]:
+def account_leftovers(account: Account) -> list[str]:
     """Instances not terminated, security groups (but the default), key pairs, placement
     groups, IAM roles and instance profiles of the whole account."""
-    ec2, iam = _client(url, "ec2"), _client(url, "iam")
+    ec2, iam = account.client("ec2"), account.client("iam")
     found = [f"instance {i['InstanceId']} ({i['State']['Name']})"
              for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
              if i["State"]["Name"] not in ("terminated",)]
@@ -41,9 +32,9 @@ def account_leftovers(url: str) -> list[str]:
     return found
 
 
-def purge_account(url: str) -> None:
+def purge_account(account: Account) -> None:
     """Remove what a leaking scenario left, so the next one is judged on its own."""
-    ec2, iam = _client(url, "ec2"), _client(url, "iam")
+    ec2, iam = account.client("ec2"), account.client("iam")
     live = [i["InstanceId"] for r in ec2.describe_instances()["Reservations"]
             for i in r["Instances"] if i["State"]["Name"] != "terminated"]
     if live:
@@ -85,16 +76,16 @@ def loops_under(root: Path) -> list[str]:
             if str(root) in line]
 
 
-def leftovers(home: Path, url: str | None, exclude: set[int], settle_s: float,
+def leftovers(home: Path, account: Account | None, exclude: set[int], settle_s: float,
               own_mount: Path | None = None) -> list[str]:
     """Everything the scenario whose data directory is ``home`` left: processes, the
-    account's resources (``url``: the simulated account), mounts and loop devices; asked
+    account's resources (``account``: the simulated account), mounts and loop devices; asked
     again for up to ``settle_s`` while anything is found (teardown takes a moment)."""
     deadline = time.monotonic() + settle_s
     while True:
         found = [f"process {p.describe()}" for p in scan(home, exclude)]
-        if url is not None:
-            found += account_leftovers(url)
+        if account is not None:
+            found += account_leftovers(account)
         found += mounts_under(home, own_mount) + loops_under(home)
         if not found or time.monotonic() >= deadline:
             return found

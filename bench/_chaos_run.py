@@ -21,6 +21,7 @@ from typing import Any
 from _chaos_draw import Scenario
 from _chaos_inject import Stage, release_disk, small_disk, start_strikes
 from _chaos_judge import judge
+from _chaos_account import Account
 from _chaos_leaks import leftovers, purge_account
 from _chaos_procs import scan
 from _chaos_proxy import FaultProxy, Rule
@@ -66,7 +67,7 @@ class Bench:
         self.root = root
         self.sim = sim
         self.server: subprocess.Popen[bytes] | None = None
-        self.url: str | None = None  # the account, directly
+        self.account: Account | None = None  # the account, directly
         self.proxy: FaultProxy | None = None
         self.known: set[str] = set()  # task ids of earlier scenarios (the account is shared)
 
@@ -92,7 +93,7 @@ class Bench:
                 raise RuntimeError(f"the simulated account did not start; see {home}/server.log")
             time.sleep(0.05)
         port = int(json.loads(state.read_text())["port"])
-        self.url = f"http://127.0.0.1:{port}"
+        self.account = Account(f"http://127.0.0.1:{port}", home)
         self.proxy = FaultProxy(port).start()
 
     def __exit__(self, *exc: object) -> None:
@@ -109,8 +110,8 @@ class Bench:
     def provider_config(self, sc: Scenario, home: Path) -> dict[str, Any]:
         if sc.provider == "local":
             return {}
-        assert self.proxy is not None
-        return {"endpoint_url": self.proxy.url, "root": str(home / "sim-root"),
+        assert self.proxy is not None and self.account is not None
+        return {**self.account.provider_config(self.proxy.url), "root": str(home / "sim-root"),
                 "envs": str(self.root / "sim-envs")}
 
 
@@ -162,7 +163,7 @@ def run_scenario(bench: Bench, sc: Scenario) -> Result:
     (home / "plan.json").write_text(json.dumps(plan))
     if bench.proxy is not None:
         bench.proxy.book.arm([Rule(**f.rule) for f in sc.faults if f.rule])
-    finder = TaskFinder(home, bench.url, bench.known)
+    finder = TaskFinder(home, bench.account, bench.known)
     caller = subprocess.Popen([sys.executable, str(BENCH / "_chaos_job.py"),
                                str(home / "plan.json")], stdin=subprocess.DEVNULL,
                               stdout=open(home / "caller.log", "wb"), stderr=subprocess.STDOUT,
@@ -204,7 +205,7 @@ def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[b
         time.sleep(0.5)
         caller.kill()
     caller.wait()
-    found = leftovers(home, bench.url, stage.exclude - {caller.pid}, SETTLE_S[sc.provider],
+    found = leftovers(home, bench.account, stage.exclude - {caller.pid}, SETTLE_S[sc.provider],
                       disk)
     result.leaks += found
     if found:
@@ -213,8 +214,8 @@ def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[b
                 os.kill(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
-        if bench.url is not None:
-            purge_account(bench.url)
+        if bench.account is not None:
+            purge_account(bench.account)
     if disk is not None and not release_disk(disk):
         time.sleep(1)
         if not release_disk(disk):

@@ -7,21 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import boto3
-
+from _chaos_account import Account
 from flow_sdk import Task
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import Provider
 
 
-def _s3(url: str) -> Any:
-    return boto3.client("s3", region_name="us-east-1", endpoint_url=url,
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
-
-
-def sim_task_keys(url: str) -> dict[str, tuple[str, str]]:
+def sim_task_keys(account: Account) -> dict[str, tuple[str, str]]:
     """task id -> (bucket, key of its record) for every task record in the account."""
-    s3 = _s3(url)
+    s3 = account.client("s3")
     found = {}
     for bucket in s3.list_buckets().get("Buckets", []):
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket["Name"])
@@ -37,27 +31,29 @@ def sim_task_keys(url: str) -> dict[str, tuple[str, str]]:
 class TaskFinder:
     """The scenario's task ids and its store's record of each."""
 
-    def __init__(self, home: Path, url: str | None, known: set[str]) -> None:
-        self.home, self.url, self.known = home, url, known  # known: earlier scenarios' tasks
+    def __init__(self, home: Path, account: Account | None, known: set[str]) -> None:
+        self.home, self.account, self.known = home, account, known  # known: earlier scenarios'
+
 
     def task_ids(self) -> list[str]:
         ids = {p.stem for p in (self.home / "tasks").glob("*.json")}
         ids |= {p.name for p in (self.home / "local" / "store" / "tasks").glob("*")
                 if p.is_dir() and not p.name.startswith("pool")}
         ids |= {p.name for p in (self.home / "sim-root" / "nodes").glob("*") if p.is_dir()}
-        if self.url is not None:
-            ids |= set(sim_task_keys(self.url)) - self.known
+        if self.account is not None:
+            ids |= set(sim_task_keys(self.account)) - self.known
         return sorted(i for i in ids if i not in self.known)
 
     def rdzv_port(self) -> int | None:
         """The store's port of the scenario's task, once its record exists."""
         for path in (self.home / "local" / "store" / "tasks").glob("*/task.json"):
             return _port(path.read_bytes())
-        if self.url is None:
+        if self.account is None:
             return None
-        for task_id, (bucket, key) in sim_task_keys(self.url).items():
+        for task_id, (bucket, key) in sim_task_keys(self.account).items():
             if task_id not in self.known:
-                return _port(_s3(self.url).get_object(Bucket=bucket, Key=key)["Body"].read())
+                s3 = self.account.client("s3")
+                return _port(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         return None
 
 
@@ -68,10 +64,10 @@ def _port(raw: bytes) -> int | None:
         return None  # being written: the next look reads it
 
 
-def direct_provider(name: str, config: dict[str, Any], url: str | None) -> Provider:
+def direct_provider(name: str, config: dict[str, Any], account: Account | None) -> Provider:
     """The scenario's provider, reaching the simulated account directly (no injected faults)."""
-    if url is not None and name == "aws-sim":
-        config = {**config, "endpoint_url": url}
+    if account is not None and name == "aws-sim":
+        config = {**config, **account.provider_config(account.url)}
     return get_provider(name, config)
 
 

@@ -129,10 +129,12 @@ class AwsSimProvider(AwsProvider):
         settings = SimSettings.from_mapping(config)
         nodes = settings.node_settings(str(sim_home() / CLOUD_DIR))
         url = settings.aws.get("endpoint_url")
+        home = Path(settings.account_home) if settings.account_home else None
+        if not url:  # this flow directory's own account: started when it does not run
+            url, home = ensure_server(sim_home(), settings.idle_stop_s).url, sim_home()
         keys = None
-        if not url:  # the account's own server: its keys
-            url = ensure_server(sim_home(), settings.idle_stop_s).url
-            keys_file = sim_home() / KEYS_FILE
+        if home is not None:  # an account's own server: its keys
+            keys_file = home / KEYS_FILE
             keys = read_keys(keys_file)
             nodes = dataclasses.replace(nodes, keys_file=str(keys_file))
         session = session or account_session(settings.region, keys)

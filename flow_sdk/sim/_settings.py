@@ -18,7 +18,7 @@ NODE_KEY = "sim"  # in a node's provider config: its NodeSettings
 DEFAULT_REGION = "us-east-1"
 DEFAULT_IDLE_STOP_S = 600.0
 NODE_KEYS = ("root", "minute_s", "boot_delay_s", "wheelhouse", "python", "envs")
-SIM_KEYS = ("idle_stop_s", *NODE_KEYS)
+SIM_KEYS = ("idle_stop_s", "account_home", *NODE_KEYS)
 # Set by the provider, never by a user: where the simulated account's keys are.
 ACCOUNT_KEYS = "keys_file"
 # The aws provider_config keys aws-sim passes on (a node's own launch and code excepted).
@@ -111,6 +111,10 @@ class SimSettings:
     AWS API that already runs, such as a test's moto server: then none is started)."""
 
     idle_stop_s: float = DEFAULT_IDLE_STOP_S  # the server stops after this long unused
+    # With ``endpoint_url``: the home of the simulated account's server that it reaches (say
+    # through a proxy), whose key file the provider and the instances use; None: an API that
+    # checks no keys (a test's moto).
+    account_home: str | None = None
     nodes: Mapping[str, Any] = field(default_factory=dict)  # NODE_KEYS given; root optional
     aws: Mapping[str, Any] = field(default_factory=dict)  # AWS_KEYS given
 
@@ -138,10 +142,17 @@ class SimSettings:
         NodeSettings.from_mapping({"root": "/", **nodes})  # checked before anything starts
         aws = {k: config[k] for k in AWS_KEYS if k in config}
         AwsConfig.from_mapping({**aws, "region": region})
-        return cls(idle_stop_s=float(idle), nodes=nodes, aws=aws)
+        home = _absolute(config.get("account_home"), "provider_config", "account_home",
+                         "the absolute path of a simulated account's home directory")
+        if home is not None and not aws.get("endpoint_url"):
+            raise ProviderError("provider_config.account_home names the server that "
+                                "endpoint_url reaches: give endpoint_url too, or drop both to "
+                                "use this flow directory's own simulated account")
+        return cls(idle_stop_s=float(idle), nodes=nodes, aws=aws, account_home=home)
 
     def node_settings(self, default_root: str) -> NodeSettings:
         return NodeSettings.from_mapping({"root": default_root, **self.nodes})
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.aws, "idle_stop_s": self.idle_stop_s, **self.nodes}
+        home = {} if self.account_home is None else {"account_home": self.account_home}
+        return {**self.aws, "idle_stop_s": self.idle_stop_s, **home, **self.nodes}

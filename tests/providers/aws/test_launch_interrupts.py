@@ -10,11 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from aws_moto_world import AwsWorld, Ec2Faults, launch, placement_groups, spec
+from aws_moto_world import TEST_SECRET, AwsWorld, Ec2Faults, launch, placement_groups, spec
 
-from flow_sdk import wire
+from flow_sdk import lifecycle, tasksecrets, wire
+from flow_sdk._config import flow_home
 from flow_sdk.errors import CapacityError
-from flow_sdk.wire import LaunchLease
+from flow_sdk.wire import LaunchLease, signing
 from flow_sdk.providers.aws import AwsProvider, _gang
 from flow_sdk.providers.aws._interrupts import LaunchInterrupted
 from flow_sdk.providers.aws._resources import keys_dir
@@ -120,24 +121,28 @@ def test_a_launch_that_succeeds_closes_its_lease(aws: AwsWorld) -> None:
     provider.terminate("int-5")
 
 
-def _put_lease(provider: AwsProvider, task_id: str, state: str, renewed_at: float,
-               ttl_s: float = 120.0) -> None:
-    provider.store.put(wire.launch_lease_key(task_id), wire.to_json(
-        LaunchLease(state, renewed_at, ttl_s, "laptop:4242")))
-
-
 def test_gc_reclaims_a_launch_whose_client_stopped_renewing_its_lease(aws: AwsWorld) -> None:
     provider = aws.provider()
     ids = {}
     for task_id in ("lease-live", "lease-dead", "lease-future", "lease-rolled"):
         ids[task_id] = [i.instance_id for i in launch(provider, task_id,
                                                       spec(num_instances=1, priority="high"))]
+        tasksecrets.save_task_secret(task_id, TEST_SECRET)
+    # Each launch above ended and noted so on this machine; make three of them launches whose
+    # client was killed before it could (no note), and one that was rolled back.
+    for task_id in ("lease-live", "lease-dead", "lease-future"):
+        (flow_home() / "secrets" / f"{task_id}.launch").unlink()
+    tasksecrets.save_launch_end("lease-rolled", "rolled-back")
+    sealed = signing.SignedStore(provider.store, bytes.fromhex(TEST_SECRET))
     now = time.time()
-    _put_lease(provider, "lease-live", "launching", now - 30)  # renewed 30 s ago: live
-    _put_lease(provider, "lease-dead", "launching", now - 300)  # 120 s lease, 300 s ago
-    _put_lease(provider, "lease-future", "launching", now + 7200)  # forged into the future
-    _put_lease(provider, "lease-rolled", "rolled-back", now)
-    report = provider.gc()
+    for task_id, state, renewed_at in (
+            ("lease-live", "launching", now - 30),  # renewed 30 s ago: live
+            ("lease-dead", "launching", now - 300),  # 120 s lease, 300 s ago
+            ("lease-future", "launching", now + 7200),  # dated into the future
+            ("lease-rolled", "rolled-back", now)):
+        sealed.put_record(wire.launch_lease_key(task_id),
+                          LaunchLease(state, renewed_at, 120.0, "laptop:4242"))
+    report = lifecycle.collect(provider, known=set(ids))
     assert report.live_tasks == ["lease-live"]
     assert "launch was cut short" in report.reasons["lease-dead"]
     assert "laptop:4242" in report.reasons["lease-dead"]
@@ -149,7 +154,7 @@ def test_gc_reclaims_a_launch_whose_client_stopped_renewing_its_lease(aws: AwsWo
         "SecurityGroups"]}
     assert groups == {"default", "flow-lease-live"}
     provider.store.put(wire.launch_lease_key("lease-live"), b"{\"state\": ")  # malformed
-    assert provider.gc().live_tasks == ["lease-live"]  # the other rules decide
+    assert lifecycle.collect(provider, known=set(ids)).live_tasks == ["lease-live"]
     provider.terminate("lease-live")
 
 

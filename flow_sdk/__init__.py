@@ -26,6 +26,7 @@ from flow_sdk.errors import (
     PoolMismatchError,
     PoolNotFoundError,
     ProviderError,
+    ServiceNotRunningError,
     RemoteTraceback,
     RendezvousError,
     SignatureError,
@@ -56,6 +57,7 @@ from flow_sdk._version import __version__
 
 __all__ = [
     "CapacityError", "Flow", "FlowApp", "FlowError", "GpuSpec", "PayloadError", "ProviderError",
+    "ServiceNotRunningError",
     "RemoteFunction", "RemoteTraceback", "RendezvousError", "Task", "TaskCancelledError",
     "TaskConfig", "TaskError", "TaskFailedError", "TaskNotFoundError", "TaskSpec", "TaskStatus",
     "TaskTimedOutError", "TaskTimeoutError", "ValidationError", "VolumeSpec", "current",

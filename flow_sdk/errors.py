@@ -52,6 +52,11 @@ class ProviderError(FlowError):
     """A provider could not do what was asked (launch, describe, terminate, store)."""
 
 
+class ServiceNotRunningError(ProviderError):
+    """A provider's own service that holds its state (the simulated account's server) is not
+    running, and a command that only reads started none: nothing of it runs."""
+
+
 class CapacityError(ProviderError):
     """No offer could be launched: every attempt is listed in the message."""
 

@@ -1,4 +1,4 @@
-"""Snowflake ML Jobs' names, mapped onto flow-sdk (the README's Snowflake table lists them).
+"""Snowflake ML Jobs' names, mapped onto flow-sdk (docs/migration.md's Snowflake table).
 
     from flow_sdk.ml_jobs import submit_file, get_job
 

@@ -127,7 +127,9 @@ class TaskSpec(FrozenModel):
     # full disk, a signal from outside) or "any" (a user exception too).
     restart_on: Literal["infra", "any"] = "infra"
     # A rank with no output and no ``current.step`` for this long is stalled: "auto" is the
-    # larger of 10 minutes and 5 median step intervals, a duration sets it, "off" disables.
+    # larger of 2 minutes and 5 median step intervals, but at most half of
+    # ``collective_timeout`` (so a rank that stops is named before its peers' collectives time
+    # out); a duration below ``collective_timeout`` sets it, "off" disables.
     stall_timeout: float | Literal["auto", "off"] = "auto"
     on_stall: Literal["warn", "fail"] = "warn"
     # The default timeout of the workers' torch.distributed process groups: a collective that
@@ -237,6 +239,7 @@ class TaskSpec(FrozenModel):
         self._check_workers()
         self._check_paths()
         self._check_pool()
+        self._check_stall()
         if self.distributed_mode == "auto":
             clashes = gang_variables_in(self.environment)
             if clashes:
@@ -283,6 +286,16 @@ class TaskSpec(FrozenModel):
             raise _FieldValueError("min_instances", (
                 "a task on a pool runs on the pool's nodes, which are up already; drop "
                 "min_instances"))
+
+    def _check_stall(self) -> None:
+        stall = self.stall_timeout
+        if isinstance(stall, float) and stall >= self.collective_timeout:
+            raise _FieldValueError("stall_timeout", (
+                f"stall_timeout ({stall:g}s) must be below collective_timeout "
+                f"({self.collective_timeout:g}s): a rank that stops is found and named only "
+                "before its peers' collectives time out; lower stall_timeout, raise "
+                "collective_timeout, or use stall_timeout='auto' (at most half of "
+                "collective_timeout)"))
 
     def _check_paths(self) -> None:
         paths = sorted([*self.volumes, *self.mounts])

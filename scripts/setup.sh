@@ -1,45 +1,119 @@
 #!/usr/bin/env bash
-# Install flow-sdk and what it needs, from this checkout.
-#   bash scripts/setup.sh          # the SDK with everything the README uses (the `all` extra:
-#                                  # torch (CPU build when none is installed), boto3, pyarrow,
-#                                  # xgboost, paramiko, the simulated cloud's moto and AWS CLI)
-#   bash scripts/setup.sh --dev    # plus the test tools (the `dev` extra) and the system
-#                                  # packages the tests need (OpenSSH server; Chromium for
-#                                  # the dashboard's browser tests)
+# Install flow-sdk and what it needs, from this checkout, into the Python that `python3` (or
+# $PYTHON) runs: a virtual environment's, preferably (it says so when it is not one).
+#   bash scripts/setup.sh            # the SDK with everything the README uses (the `all` extra:
+#                                    # torch (CPU build when none is installed), boto3, pyarrow,
+#                                    # xgboost, paramiko, the simulated cloud's moto and AWS CLI)
+#   bash scripts/setup.sh --dev      # plus the test tools (the `dev` extra) and the system
+#                                    # packages the tests need (OpenSSH server; Chromium for
+#                                    # the dashboard's browser tests)
+#   bash scripts/setup.sh --dry-run  # (with or without --dev) print the steps, run none
+# Each step prints one line ("[2/3] ..."), then pip's own progress; the last line says how
+# long it all took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+TORCH_PIN="torch==2.13.0"
+
+DEV=0
+DRY=0
+for arg in "$@"; do
+  case "$arg" in
+    --dev) DEV=1 ;;
+    --dry-run) DRY=1 ;;
+    *) echo "setup.sh: unknown option $arg; use --dev, --dry-run or neither" >&2; exit 2 ;;
+  esac
+done
+
+if ! PY_PATH="$(command -v "$PY")"; then
+  echo "setup.sh: no $PY on PATH; install Python 3.11 or later, or set PYTHON" >&2
+  exit 1
+fi
+
+# pip installs into (and upgrades) whatever environment $PY belongs to. CI machines are
+# throwaway: no warning there.
+if [ "${CI:-}" != "true" ] && \
+   [ "$("$PY" -c 'import sys; print(sys.prefix != sys.base_prefix)')" != "True" ]; then
+  cat >&2 <<EOF
+setup.sh: warning: $PY_PATH is not in a virtual environment; this installs the SDK into it and
+  upgrades each of its direct dependencies there. To keep them apart, press Ctrl-C, run
+    python3 -m venv .venv && . .venv/bin/activate
+  then this command again.
+EOF
+fi
+
+EXTRA=all
+[ "$DEV" = 1 ] && EXTRA=dev
+TOTAL=3
+[ "$DEV" = 1 ] && TOTAL=5
+STEP=0
+# One line per step: "[2/3] what it does ...".
+step() {
+  STEP=$((STEP + 1))
+  echo "[$STEP/$TOTAL] $*"
+}
+# Run a command; with --dry-run, only show it.
+run() {
+  if [ "$DRY" = 1 ]; then
+    echo "      would run: $*"
+  else
+    "$@"
+  fi
+}
+
+SUDO=""
+[ "$(id -u)" = "0" ] || SUDO="sudo"
+apt_install() {
+  run $SUDO apt-get update -qq
+  if [ "$DRY" = 1 ]; then
+    echo "      would run: $SUDO apt-get install -y -qq $*"
+  else
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+  fi
+}
+
+if [ "$DEV" = 1 ]; then
+  if command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; then
+    step "OpenSSH server: installed already"
+  else
+    step "OpenSSH server (apt-get install openssh-server openssh-client) ..."
+    apt_install openssh-server openssh-client
+  fi
+  # The dashboard's browser tests drive Debian's Chromium through Playwright (which cannot
+  # download a browser of its own here).
+  if [ -x /usr/bin/chromium ]; then
+    step "Chromium: installed already"
+  else
+    step "Chromium (apt-get install chromium) ..."
+    apt_install chromium
+  fi
+fi
 
 # A plain `torch` requirement with no torch installed pulls several GB of CUDA wheels.
 # Pin the CPU build first when torch is missing; pyproject keeps a range.
-if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-  "$PY" -m pip install --quiet "torch==2.13.0"
+if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
+then
+  step "torch: installed already, kept as it is"
+else
+  step "torch CPU build ($TORCH_PIN, about 200 MB) ..."
+  run "$PY" -m pip install "$TORCH_PIN"
 fi
 
 # The SDK, then the newest release of each direct dependency, as a fresh install gets them,
 # even where an older one is installed already (pip keeps any release that satisfies a range
 # otherwise); torch stays at the build installed above.
-install() {
-  local requirements
-  "$PY" -m pip install --quiet -e ".[$1]"
-  mapfile -t requirements < <("$PY" scripts/direct_requirements.py "$1")
-  "$PY" -m pip install --quiet --upgrade "${requirements[@]}"
-}
-
-if [ "${1:-}" = "--dev" ]; then
-  if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
-    SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssh-server openssh-client >/dev/null
-  fi
-  # The dashboard's browser tests drive Debian's Chromium through Playwright (which cannot
-  # download a browser of its own here).
-  if [ ! -x /usr/bin/chromium ]; then
-    SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-  fi
-  install dev
+step "flow-sdk from this checkout, with the '$EXTRA' extra (pip install -e '.[$EXTRA]') ..."
+run "$PY" -m pip install -e ".[$EXTRA]"
+step "the newest release of each direct dependency of '$EXTRA', torch kept ..."
+if [ "$DRY" = 1 ]; then
+  echo "      would run: $PY -m pip install --upgrade \$($PY scripts/direct_requirements.py $EXTRA)"
 else
-  install all
+  mapfile -t requirements < <("$PY" scripts/direct_requirements.py "$EXTRA")
+  "$PY" -m pip install --upgrade "${requirements[@]}"
+fi
+
+if [ "$DRY" = 1 ]; then
+  echo "set-up: dry run, nothing installed"
+else
+  echo "set-up: done in $((SECONDS / 60))m $((SECONDS % 60))s"
 fi

@@ -1,8 +1,14 @@
-"""Every shell and Python block of the README runs as written, except the test command's own
-block (it is what runs this test). A block that needs a real cloud account or a GPU says so in
-the README itself, on the line before it: ``<!-- readme-test: cloud-only: REASON -->`` or
-``<!-- readme-test: gpu-only: REASON -->``; such a block is only compiled (Python) or parsed
-(``bash -n``). The list of marked blocks is fixed here, so marking cannot grow unnoticed."""
+"""Every shell and Python block of the README and of the pages in ``docs/`` runs as written,
+except the test command's own block (it is what runs this test). A block that needs a real
+cloud account or a GPU says so in the page itself, on the line before it:
+``<!-- readme-test: cloud-only: REASON -->`` or ``<!-- readme-test: gpu-only: REASON -->``;
+such a block is only compiled (Python) or parsed (``bash -n``). The list of marked blocks is
+fixed here, so marking cannot grow unnoticed. A block the page asks to save as a file says so
+on the line before it, ``<!-- readme-file: NAME -->``: it runs as that file, and every later
+block of the same page finds it in its folder.
+
+The README stays a guide: at most 450 lines, every page of ``docs/`` linked from it, and every
+relative link of README and docs leads to a file and heading that exist."""
 
 from __future__ import annotations
 
@@ -21,12 +27,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 _FENCE = re.compile(r"^( *)```(bash|python)\n(.*?)^\1```\n", re.M | re.S)  # also in a list
 _MARK = re.compile(r"<!-- readme-test: (cloud-only|gpu-only): (\S.*?) -->\n\Z")
+_FILE = re.compile(r"<!-- readme-file: ([\w.-]+) -->\n\Z")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+README_MAX_LINES = 450
 
 # (kind, the block's first line) of every marked block.
 MARKED = {
     ("gpu-only", "from flow_sdk import FlowApp, current"),
     ("cloud-only", "@app.function(gpu=\"h100:8\", num_instances=4, provider=\"aws\", priority=\"med\","),
     ("cloud-only", "flow catalog refresh                # today's prices from the AWS Price List API"),
+    ("cloud-only", "flow run -y --provider aws --gpu h100:8 -N 4 --max-run-time-hours 12 train.py"),
+    ("cloud-only", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"),
 }
 
 
@@ -34,22 +45,44 @@ MARKED = {
 class Block:
     language: str
     text: str
-    line: int  # where the block starts in README.md
+    page: str  # the page it is in, from the checkout's root: "README.md", "docs/aws.md"
+    line: int  # where the block starts in its page
     mark: str | None  # "cloud-only" / "gpu-only", or None: the block runs
+    file: str | None  # the file name the page saves it as, or None
 
     @property
     def first_line(self) -> str:
         return self.text.splitlines()[0]
 
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def pages() -> list[str]:
+    """The README and every page of docs/, as paths from the checkout's root."""
+    return ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+
+
+def page_blocks(page: str) -> list[Block]:
+    text = (ROOT / page).read_text()
+    blocks = []
+    for match in _FENCE.finditer(text):
+        mark = _MARK.search(text[:match.start()])
+        file = _FILE.search(text[:match.start()])
+        blocks.append(Block(match[2], textwrap.dedent(match[3]), page,
+                            text.count("\n", 0, match.start()) + 1, mark[1] if mark else None,
+                            file[1] if file else None))
+    return blocks
+
 
 def readme_blocks() -> list[Block]:
-    readme = (ROOT / "README.md").read_text()
-    blocks = []
-    for match in _FENCE.finditer(readme):
-        mark = _MARK.search(readme[:match.start()])
-        blocks.append(Block(match[2], textwrap.dedent(match[3]),
-                            readme.count("\n", 0, match.start()) + 1, mark[1] if mark else None))
-    return blocks
+    return page_blocks("README.md")
+
+
+def doc_blocks() -> list[Block]:
+    """Every block of the README and of docs/, in page order."""
+    return [block for page in pages() for block in page_blocks(page)]
 
 
 def _test_command() -> str:
@@ -64,8 +97,8 @@ REHEARSAL = ("import os", "printf 'import os\\nprint(\"rank\", os.environ[\"RANK
 
 
 def _runnable() -> list[Block]:
-    return [b for b in readme_blocks() if b.mark is None and b.text.strip() != _test_command()
-            and b.first_line not in REHEARSAL]
+    return [b for b in doc_blocks() if b.mark is None and b.text.strip() != _test_command()
+            and not (b.page == "README.md" and b.first_line in REHEARSAL)]
 
 
 def test_the_rehearsal_blocks_are_in_the_readme() -> None:
@@ -81,18 +114,53 @@ def test_the_readme_opens_with_the_two_set_up_commands_and_ci_runs_the_second() 
 
 
 def test_the_marked_blocks_are_exactly_the_known_ones_and_each_gives_a_reason() -> None:
-    marked = {(b.mark, b.first_line) for b in readme_blocks() if b.mark}
+    marked = {(b.mark, b.first_line) for b in doc_blocks() if b.mark}
     assert marked == MARKED
+    for page in pages():
+        for mark in re.finditer(r"<!-- readme-(?:test|file): (.*?) -->", (ROOT / page).read_text()):
+            assert _MARK.match(mark[0] + "\n") or _FILE.match(mark[0] + "\n"), \
+                f"{page}: malformed mark: {mark[0]}"
+
+
+def test_a_saved_file_is_a_block_that_runs_and_later_blocks_use_it() -> None:
+    saved = [b for b in doc_blocks() if b.file]
+    assert saved and all(b.mark is None and b.language == "python" for b in saved)
+    for block in saved:
+        later = [b for b in page_blocks(block.page) if b.line > block.line and b.mark is None]
+        assert any(Path(block.file).stem in b.text for b in later), f"{block.where}: unused"
+
+
+def test_the_readme_is_a_guide_of_at_most_450_lines() -> None:
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines; move reference material to a page in docs/")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_every_link_leads_somewhere() -> None:
     readme = (ROOT / "README.md").read_text()
-    for mark in re.finditer(r"<!-- readme-test: (.*?) -->", readme):
-        assert _MARK.match(mark[0] + "\n"), f"malformed mark: {mark[0]}"
+    for page in pages()[1:]:
+        assert f"]({page})" in readme or f"]({page}#" in readme, f"README does not link {page}"
+    for page in pages():
+        for target in _LINK.findall((ROOT / page).read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            linked = (ROOT / page).parent / path if path else ROOT / page
+            assert linked.exists(), f"{page}: link to {target}: no such file"
+            if anchor:
+                assert anchor in _anchors(linked), f"{page}: link to {target}: no such heading"
 
 
-@pytest.mark.parametrize("block", [b for b in readme_blocks() if b.mark],
-                         ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize("block", [b for b in doc_blocks() if b.mark], ids=lambda b: b.where)
 def test_a_marked_block_is_valid_code(block: Block, tmp_path: Path) -> None:
     if block.language == "python":
-        compile(block.text, f"README.md:{block.line}", "exec")
+        compile(block.text, block.where, "exec")
     else:
         script = tmp_path / "block.sh"
         script.write_text(block.text)
@@ -123,24 +191,29 @@ def _set_up_venv(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", _runnable(), ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize("block", _runnable(), ids=lambda b: b.where)
 def test_a_block_runs_as_written(block: Block, tmp_path: Path) -> None:
-    """Each block runs in a fresh folder with a copy of `examples/` and no AWS credentials,
-    except the set-up, which runs in the checkout as the README says."""
+    """Each block runs in a fresh folder with a copy of `examples/`, the files its page saved
+    before it, and no AWS credentials, except the set-up, which runs in the checkout as the
+    README says."""
     work = tmp_path / "work"
     shutil.copytree(ROOT / "examples", work / "examples")
+    for saved in page_blocks(block.page):
+        if saved.file and saved.line <= block.line:
+            (work / saved.file).write_text(saved.text)
     env = _environment(tmp_path)
     cwd = work
     if "scripts/setup.sh" in block.text:
         cwd = ROOT
         env["PATH"] = f"{_set_up_venv(tmp_path)}{os.pathsep}{env['PATH']}"
     if block.language == "python":
-        (work / "block.py").write_text(block.text)
-        argv = [sys.executable, str(work / "block.py")]
+        script = work / (block.file or "block.py")
+        script.write_text(block.text)
+        argv = [sys.executable, str(script)]
     else:
         (work / "block.sh").write_text(block.text)
         argv = ["bash", "-euo", "pipefail", str(work / "block.sh")]
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=420, check=False)
-    assert done.returncode == 0, (f"README.md line {block.line} exited {done.returncode}\n"
+    assert done.returncode == 0, (f"{block.where} exited {done.returncode}\n"
                                   f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

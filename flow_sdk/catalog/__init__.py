@@ -35,6 +35,7 @@ from flow_sdk.catalog.aws_offers import (
     OfferRequest,
     explain_no_offers,
     find_offers,
+    gpu_count_problem,
     markets_for_priority,
     plan_offers,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "Catalog", "CatalogEntry", "CatalogError", "GpuModel", "GpuRequest", "InstanceType",
     "Market", "Offer", "OfferNotFoundError", "OfferRequest", "PriceUpdates", "RefreshReport",
     "UnknownRegionError", "explain_no_offers", "fetch_on_demand", "fetch_spot",
-    "find_gpu_model", "find_offers", "format_catalog", "load_catalog", "markets_for_priority",
+    "find_gpu_model", "find_offers", "format_catalog", "gpu_count_problem", "load_catalog",
+    "markets_for_priority",
     "parse_catalog", "plan_offers", "refresh_catalog", "update_prices", "user_catalog_path",
 ]

@@ -243,6 +243,9 @@ def _no_hardware_message(cat: Catalog, gpu: GpuRequest | None, what: str,
     if not same_model:
         return (f"AWS sells no instance type with {gpu.model} GPUs (catalog as of "
                 f"{cat.as_of.isoformat()}); choose another GPU model")
+    too_many = gpu_count_problem(gpu, cat)
+    if too_many is not None:
+        return too_many
     if any(i.matches(gpu) for i in same_model):
         return (f"no instance type with {what} has at least {min_vcpus or 0} vCPUs and "
                 f"{min_memory_gib or 0:g} GiB memory; lower min_vcpus / min_memory_gib")
@@ -255,6 +258,32 @@ def _no_hardware_message(cat: Catalog, gpu: GpuRequest | None, what: str,
     return (f"no AWS instance type has exactly {what}; a GPU request must match an instance "
             f"type's GPUs exactly (model, memory, form factor and count). AWS sells {variants}. "
             f"Ask for {examples}")
+
+
+def gpu_count_problem(gpu: GpuRequest | None, catalog: Catalog | None = None) -> str | None:
+    """Why no machine of the catalog can hold ``gpu`` on one node: its count is above the
+    largest machine sold with that GPU model. None when one holds that many, for CPU nodes,
+    and for a model the catalog does not sell (``any``, or one a refreshed catalog lacks).
+
+    Every provider that maps GPU requests through the catalog refuses such a request with
+    this message, before it launches anything."""
+    if gpu is None:
+        return None
+    cat = catalog if catalog is not None else load_catalog()
+    same_model = [i for i in cat.instance_types if i.gpu_model == gpu.model]
+    if not same_model:
+        return None
+    most = max(i.gpu_count for i in same_model)
+    if gpu.count <= most:
+        return None
+    largest = sorted((i for i in same_model if i.gpu_count == most), key=lambda i: i.name)
+    machines = ", ".join(f"{i.name}: {i.gpu_description}" for i in largest)
+    fitting = [i for i in largest if i.gpu_memory_gb == gpu.memory_gb
+               and i.form_factor == gpu.form_factor] or largest  # keep the user's memory
+    asks = " or ".join(sorted({f"gpu={_gpu_text(i)!r}" for i in fitting}))
+    return (f"no machine has {gpu.count} {gpu.model} GPUs: the largest sold with {gpu.model} "
+            f"GPUs has {most} ({machines}; catalog as of {cat.as_of.isoformat()}). Ask for "
+            f"{asks}, and more nodes (num_instances) for more GPUs")
 
 
 def _gpu_text(instance: InstanceType) -> str:

@@ -1,16 +1,16 @@
 """A failed script, reported once: the user's own frames, at the user's own file, without the
-SDK's frames; and the workers' copies of that traceback held back from the streamed output."""
+SDK's frames (the workers' copies of that traceback are held back from the streamed output by
+``client.failure.HeldTracebacks``)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
+from flow_sdk.client.failure import TRACEBACK_HEAD, consequence_notes
 from flow_sdk.errors import RemoteTraceback, ScriptExitError
 
 _FRAME_RE = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+)')
-TRACEBACK_HEAD = "Traceback (most recent call last):"
 
 
 def user_traceback(text: str, entrypoint: str, local_root: Path) -> list[str]:
@@ -51,39 +51,5 @@ def script_failure(exc: BaseException | None, entrypoint: str, local_root: Path
     cause = exc.__cause__ if exc is not None else None
     if isinstance(cause, RemoteTraceback) and exc is not None:
         lines = user_traceback(cause.text, entrypoint, local_root)
-        return lines, f"{type(exc).__name__}: {exc}", 1
+        return lines + consequence_notes(exc), f"{type(exc).__name__}: {exc}", 1
     return [], "" if exc is None else " ".join(str(exc).split()), None
-
-
-class HeldTracebacks:
-    """Holds each worker's traceback back from the stream until that worker prints again (a
-    traceback it handled, shown after all) or the task ends (dropped when it failed: the
-    failure is reported once, at the end)."""
-
-    def __init__(self) -> None:
-        self._held: dict[tuple[Any, Any], list[str]] = {}
-        self._open: set[tuple[Any, Any]] = set()
-
-    def feed(self, entry: dict[str, Any]) -> list[str]:
-        """The lines to print now for one log entry (see ``Task.log_entries``)."""
-        key = (entry["node"], entry["rank"])
-        if entry["kind"] != "worker":
-            return [entry["line"]]
-        if entry["text"] == TRACEBACK_HEAD:
-            out = self._held.pop(key, [])
-            self._held[key] = [entry["line"]]
-            self._open.add(key)
-            return out
-        if key in self._open:
-            self._held[key].append(entry["line"])
-            if not entry["text"].startswith(" "):
-                self._open.discard(key)  # the exception line closes the block
-            return []
-        return self._held.pop(key, []) + [entry["line"]]
-
-    def end(self, failed: bool) -> list[str]:
-        """What is still held: nothing when the task failed, else every held line."""
-        held = [] if failed else [line for lines in self._held.values() for line in lines]
-        self._held.clear()
-        self._open.clear()
-        return held

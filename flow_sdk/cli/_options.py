@@ -53,7 +53,7 @@ def spec_options(fn: F) -> F:
     """The decorator's options as command-line options (``@app.function(...)`` names)."""
     options = [
         click.option("--gpu", help="GPUs per node, e.g. h100:8, a100-80gb:4 (default: CPU)."),
-        click.option("-N", "--num-instances", type=int, help="Nodes (default 1)."),
+        click.option("-N", "--num-instances", "--nodes", type=int, help="Nodes (default 1)."),
         click.option("--min-instances", type=int,
                      help="Start with this many when not all nodes arrive in time."),
         click.option("--workers-per-node", type=int,
@@ -185,6 +185,23 @@ def since_time(text: str | None) -> float | None:
     except ValueError as exc:
         raise click.BadParameter(f"{text!r}: write a duration such as 10m or 2h, or an "
                                  "epoch time in seconds", param_hint="--since") from exc
+
+
+def as_passed(problems: list[FieldProblem], config: dict[str, Any] | None
+              ) -> list[FieldProblem]:
+    """``problems`` under the flags the user passed: without ``--provider-config``, what a
+    provider finds wrong with its own configuration comes from the defaults ``--provider``
+    chose, so it is reported under ``--provider``."""
+    if config is not None:
+        return problems
+    return [FieldProblem("provider", p.message) if p.field == "provider_config" else p
+            for p in problems]
+
+
+def refuse(problems: list[FieldProblem], config: dict[str, Any] | None) -> None:
+    """Raise ``ValidationError`` for ``problems`` (named as ``as_passed`` does), if any."""
+    if problems:
+        raise ValidationError(as_passed(problems, config))
 
 
 def backend(name: str, config: dict[str, Any] | None) -> Provider:

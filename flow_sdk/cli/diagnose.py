@@ -1,5 +1,6 @@
 """Diagnosis commands: ``flow timeline TASK`` (when each node of a task reached each step of
-its launch and run) and ``flow stacks TASK`` (every worker's Python stacks while it runs)."""
+its launch and run) and ``flow stacks TASK`` (every worker's Python stacks while it runs, the
+last ones taken once it ended)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,13 @@ def timeline(task_ref: str, width: int, as_json: bool) -> None:
               help="Seconds to wait for the nodes' answers.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: each rank's stacks.")
 def stacks(task_ref: str, node: int | None, timeout: float, as_json: bool) -> None:
-    """Show every worker's Python stacks (all threads) while the task runs, marking the
+    """Show every worker's Python stacks (all threads), read as tracebacks are, marking the
     ranks whose stacks stand apart from the rest (a rank outside the collective the others
-    wait in)."""
+    wait in). Of an ended task: the last stacks taken while it ran (a stall's)."""
     found = task_stacks(find_task(task_ref), node, timeout)
     if as_json:
         emit_json({"task_id": found.task_id, "odd_ranks": found.odd_ranks,
-                   "missing": found.missing,
+                   "missing": found.missing, "kept": found.kept or None,
                    "ranks": [dataclasses.asdict(d) for d in found.dumps]})
     else:
         click.echo(str(found))

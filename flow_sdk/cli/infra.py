@@ -13,10 +13,16 @@ import click
 from flow_sdk import lifecycle
 from flow_sdk.cli._exits import EXIT_FAILED, EXIT_OK
 from flow_sdk.cli._main import main
-from flow_sdk.cli._options import F, backend, provider_config_of, spec_kwargs, spec_options
+from flow_sdk.cli._options import F, backend, provider_config_of, refuse, spec_kwargs, spec_options
 from flow_sdk.cli._output import emit_json, table
-from flow_sdk.errors import FieldProblem, FlowError, ValidationError, install_hint
-from flow_sdk.providers import available_providers, get_provider
+from flow_sdk.errors import (
+    FieldProblem,
+    FlowError,
+    ServiceNotRunningError,
+    ValidationError,
+    install_hint,
+)
+from flow_sdk.providers import attach_provider, available_providers
 from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.client.records import list_client_records
 from flow_sdk.poolfiles import list_pool_files
@@ -30,10 +36,9 @@ def plan(provider: str, provider_config: str | None, as_json: bool, **spec: Any)
     nothing."""
     task_spec = build_task_spec(app="flow-plan", name="plan", provider=provider,
                                 **spec_kwargs(spec))
-    chosen_backend = backend(provider, provider_config_of(provider_config))
-    problems = chosen_backend.check(task_spec)
-    if problems:
-        raise ValidationError(problems)
+    config = provider_config_of(provider_config)
+    chosen_backend = backend(provider, config)
+    refuse(chosen_backend.check(task_spec), config)
     chosen = chosen_backend.plan(task_spec)
     data = {**dataclasses.asdict(chosen), "processes": chosen.processes,
             "cost_per_hour": chosen.cost_per_hour, "cost_at_cap": chosen.cost_at_cap}
@@ -65,7 +70,7 @@ def _gc_targets(names: tuple[str, ...]) -> list[tuple[str, dict[str, Any] | None
         return [(name, None) for name in names]
     default = TaskSpec.model_fields["provider"].default
     targets: list[tuple[str, dict[str, Any] | None]] = [(default, None)]
-    seen = {(default, json.dumps(get_provider(default).config(), sort_keys=True))}
+    seen = {(default, json.dumps(attach_provider(default).config(), sort_keys=True))}
     used = [(rec["provider"], rec.get("provider_config")) for rec in list_client_records()]
     used += [(pool.provider, pool.provider_config) for pool in list_pool_files()]
     for name, config in used:
@@ -121,8 +126,13 @@ def gc(providers: tuple[str, ...], dry_run: bool, older_than_s: float | None,
     known = {rec["task_id"] for rec in list_client_records()}
     for name, config in _gc_targets(providers):
         try:
-            backend = get_provider(name, config)
+            backend = attach_provider(name, config)
             report = lifecycle.collect(backend, known, dry_run=dry_run)
+        except ServiceNotRunningError as exc:  # nothing of it runs, so nothing to reclaim
+            reports.append({"provider": name, "not_running": str(exc)})
+            if not as_json:
+                click.echo(f"{name}: nothing to reclaim: {exc}")
+            continue
         except FlowError as exc:
             failed = True
             _gc_failed(reports, name, exc, as_json)

@@ -14,10 +14,11 @@ from typing import Any
 import click
 
 from flow_sdk.cli._main import main
-from flow_sdk.cli._options import _volumes, provider_config_of
+from flow_sdk.cli._options import _volumes, as_passed, provider_config_of
 from flow_sdk.cli._output import emit_json, table
 from flow_sdk.client.overview import pool_row
 from flow_sdk.client.pools import Pool, PoolStatus, list_pools, pool_up
+from flow_sdk.errors import ValidationError
 
 
 @main.group(name="pool")
@@ -28,7 +29,7 @@ def pool_group() -> None:
 @pool_group.command(name="up")
 @click.argument("name")
 @click.option("--gpu", help="GPUs per node, e.g. h100:8 (default: CPU).")
-@click.option("-N", "--num-instances", type=int, default=1, show_default=True,
+@click.option("-N", "--num-instances", "--nodes", type=int, default=1, show_default=True,
               help="Nodes a task may use.")
 @click.option("--spares", type=int, default=0, show_default=True,
               help="Extra nodes that stand by to take a lost node's place.")
@@ -57,8 +58,13 @@ def pool_up_command(name: str, gpu: str | None, num_instances: int, spares: int,
     if volume:
         options["volumes"] = _volumes(volume)
     started = time.monotonic()
-    pool = pool_up(name, provider=provider, provider_config=provider_config_of(provider_config),
-                   num_instances=num_instances, spares=spares, idle_stop=idle_stop, **options)
+    config = provider_config_of(provider_config)
+    try:
+        pool = pool_up(name, provider=provider, provider_config=config,
+                       num_instances=num_instances, spares=spares, idle_stop=idle_stop,
+                       **options)
+    except ValidationError as exc:  # named by the flags this command was given
+        raise type(exc)(as_passed(exc.problems, config)) from None
     status = pool.status()
     if as_json:
         emit_json(dataclasses.asdict(status))

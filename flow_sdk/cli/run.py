@@ -15,12 +15,18 @@ import click
 
 from flow_sdk.client.app import FlowApp
 from flow_sdk.cli._exits import EXIT_SIGNAL_BASE, exit_code
-from flow_sdk.cli._failure import HeldTracebacks, script_failure
+from flow_sdk.cli._failure import script_failure
+from flow_sdk.client.failure import HeldTracebacks
 from flow_sdk.cli._main import main
-from flow_sdk.cli._options import backend, provider_config_of, spec_kwargs, spec_options
+from flow_sdk.cli._options import (
+    backend,
+    provider_config_of,
+    refuse,
+    spec_kwargs,
+    spec_options,
+)
 from flow_sdk.cli._output import emit_json
 from flow_sdk.client.progress import Reporter, WatchOptions, show_plan, wait_running
-from flow_sdk.errors import ValidationError
 from flow_sdk.wire import TaskStatus
 from flow_sdk.client.script_imports import local_module_files
 from flow_sdk.spec import build_task_spec
@@ -107,9 +113,7 @@ def run(path: Path, args: tuple[str, ...], entrypoint: str | None, app_name: str
     if not path.is_dir():
         local_module_files(path)  # an import it cannot follow stops here, before the plan
     task_spec = build_task_spec(app=app_name, name=name, provider=provider, **options)
-    problems = chosen.check(task_spec) + chosen.launch_problems(task_spec)
-    if problems:
-        raise ValidationError(problems)
+    refuse(chosen.check(task_spec) + chosen.launch_problems(task_spec), config)
     plan = chosen.plan(task_spec)
     show_plan(plan, reporter, WatchOptions(quiet=quiet, confirm=not yes))
     app = FlowApp(app_name, provider=provider, provider_config=config)

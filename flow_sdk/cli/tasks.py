@@ -6,6 +6,7 @@ import dataclasses
 import json
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -55,7 +56,8 @@ def status(task_ref: str | None, as_json: bool) -> None:
 @click.option("-n", "--limit", type=int, default=20, show_default=True,
               help="Show the newest N tasks (0: all).")
 @click.option("--provider", help="Only the tasks of this provider, e.g. aws-sim.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the rows as one JSON array of objects, newest first.")
 def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
     """List the tasks this machine started, newest first."""
     rows = [dataclasses.asdict(row) for row in task_rows(limit, provider)]
@@ -67,9 +69,16 @@ def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
         return
     now = time.time()
     click.echo(table(["TASK", "NAME", "PROVIDER", "STATUS", "NODES", "CREATED"],
-                     [[r["task_id"], r["name"], r["provider"], r["status"], r["nodes"],
+                     [[r["task_id"], r["name"], r["provider"], _status_cell(r), r["nodes"],
                        ago(r["created_at"], now) if r["created_at"] else "-"]
                       for r in rows]))
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    """The status, or the one last seen when the provider cannot answer now, saying so."""
+    if row["last_known"] is None:
+        return str(row["status"])
+    return f"{row['status']} (last seen; {row['last_known']})"
 
 
 @main.command()

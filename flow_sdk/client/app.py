@@ -274,7 +274,7 @@ def launch_task(provider: Provider, spec: TaskSpec, packed: payload.PackedCall) 
     on a pool (``spec.pool``) runs on the pool's warm nodes instead (``pools``)."""
     refuse_launch(provider, spec)
     if spec.pool is not None:
-        return pooltasks.launch_on_pool(provider, spec, packed, new_task_id(spec.name))
+        return pooltasks.launch_on_pool(provider, spec, packed)
     task_id = new_task_id(spec.name)
     secret = signing.new_secret()
     tasksecrets.save_task_secret(task_id, secret)

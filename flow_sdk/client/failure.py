@@ -1,8 +1,13 @@
 """The exception a failed task raises in the caller: the root cause's own exception when it
-pickled (its traceback rendered with the caller's source), else a ``TaskFailedError``; either
-way with the failure's label and the failures it caused listed as notes."""
+pickled (its traceback rendered with the caller's source, without the SDK's frames), else a
+``TaskFailedError``; either way with the failure's label and the failures it caused listed as
+notes, one line each. While the task runs, each worker's traceback is held back from the
+streamed output (``HeldTracebacks``): when the task fails, the root cause's is reported once,
+by the error, and its consequences' do not lead the output."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from flow_sdk import payload, tracebacks, wire
 from flow_sdk.client.tasklogs import shown, shown_lines
@@ -16,6 +21,8 @@ from flow_sdk.wire import Outcome, TaskStatus
 from flow_sdk.wire.signing import SignedStore
 
 MAX_NOTED = 20  # consequences listed in the notes; the outcome keeps every one
+TRACEBACK_HEAD = tracebacks.HEAD.rstrip("\n")
+_CONSEQUENCES = "then, as consequences"
 
 
 def task_error(store: SignedStore, task_id: str, outcome: Outcome) -> BaseException:
@@ -60,13 +67,63 @@ def _consequence_notes(outcome: Outcome) -> list[str]:
     if not outcome.consequences:
         return []
     shown = outcome.consequences[:MAX_NOTED]
-    lines = [f"then, as consequences ({len(outcome.consequences)}):"]
+    lines = [f"{_CONSEQUENCES} ({len(outcome.consequences)}):"]
     lines += [f"  {line}" for line in shown]
     if len(outcome.consequences) > len(shown):
         lines.append(f"  ... and {len(outcome.consequences) - len(shown)} more")
     return lines
 
 
+def consequence_notes(exc: BaseException) -> list[str]:
+    """The notes of ``exc`` that list the failures it caused, one line each (see
+    ``task_error``)."""
+    notes = [str(n) for n in getattr(exc, "__notes__", [])]
+    starts = [i for i, note in enumerate(notes) if note.startswith(_CONSEQUENCES)]
+    return notes[starts[0]:] if starts else []
+
+
 def _note(exc: BaseException, line: str) -> None:
     if hasattr(exc, "add_note"):  # Python 3.11+
         exc.add_note(line)
+
+
+class HeldTracebacks:
+    """Holds each worker's traceback (a chain of them, as Python prints it) back from the
+    stream until that worker prints something else (a traceback it handled, shown after all)
+    or the task ends (dropped when it failed: the failure is reported once, at the end)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[Any, Any], list[str]] = {}
+        # "frames": inside a traceback; "after": its exception line came; "chain": a line
+        # that joins one traceback of a chain to the next came.
+        self._state: dict[tuple[Any, Any], str] = {}
+
+    def feed(self, entry: dict[str, Any]) -> list[str]:
+        """The lines to print now for one log entry (see ``Task.log_entries``)."""
+        key, text, line = (entry["node"], entry["rank"]), entry["text"], entry["line"]
+        if entry["kind"] != "worker":
+            return [line]
+        state = self._state.get(key)
+        if text == TRACEBACK_HEAD:
+            out = [] if state == "chain" else self._held.pop(key, [])
+            self._held.setdefault(key, []).append(line)
+            self._state[key] = "frames"
+            return out
+        if state == "frames":
+            self._held[key].append(line)
+            if not text.startswith(" "):
+                self._state[key] = "after"  # the exception's own line
+            return []
+        if state in ("after", "chain") and text in tracebacks.CHAIN_LINES:
+            self._held[key].append(line)
+            self._state[key] = "chain"
+            return []
+        self._state.pop(key, None)
+        return self._held.pop(key, []) + [line]
+
+    def end(self, failed: bool) -> list[str]:
+        """What is still held: nothing when the task failed, else every held line."""
+        held = [] if failed else [line for lines in self._held.values() for line in lines]
+        self._held.clear()
+        self._state.clear()
+        return held

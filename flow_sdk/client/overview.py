@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from flow_sdk.client.pools import PoolStatus, list_pools
-from flow_sdk.client.records import list_client_records
+from flow_sdk.client.records import list_client_records, note_last_seen
 from flow_sdk.client.stacks import task_stalls
 from flow_sdk.client.task import Task
 from flow_sdk.errors import FlowError
+
+_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
 
 
 @dataclass(frozen=True)
@@ -31,15 +33,22 @@ class TaskRow:
     cost_so_far: float | None  # USD
     cost_per_hour: float | None  # USD per hour, all nodes
     label: str | None  # the failure's label ("user", "infra", "sdk"), if it failed
+    # Set when the provider could not answer and the row is what this machine last saw of
+    # the task once it ended: why it could not answer.
+    last_known: str | None = None
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
+        return self.status in _TERMINAL
+
+
+_SEEN_FIELDS = ("status", "nodes", "elapsed_s", "cost_so_far", "cost_per_hour", "label")
 
 
 def task_row(record: dict[str, Any], now: float | None = None) -> TaskRow:
-    """The row of the task a client record names; a provider that cannot answer gives
-    ``UNKNOWN (why)`` rather than an error, so one bad provider hides no other task."""
+    """The row of the task a client record names. A provider that cannot answer gives the
+    row this machine last saw once the task ended (``last_known`` says why it is not fresh),
+    else ``UNKNOWN (why)``, rather than an error, so one bad provider hides no other task."""
     now = time.time() if now is None else now
     created = record.get("created_at")
     base = {"task_id": record["task_id"], "name": record.get("name"), "app": record.get("app"),
@@ -50,13 +59,26 @@ def task_row(record: dict[str, Any], now: float | None = None) -> TaskRow:
         outcome = task.outcome()
         nodes = task.record().spec.get("num_instances")
         end = outcome.finished_at if outcome is not None else now
-        return TaskRow(**base, status=str(status), nodes=nodes,
-                       elapsed_s=max(0.0, end - created) if created else None,
-                       cost_so_far=task.cost_so_far(now), cost_per_hour=task.cost_per_hour,
-                       label=outcome.label if outcome is not None else None)
+        row = TaskRow(**base, status=str(status), nodes=nodes,
+                      elapsed_s=max(0.0, end - created) if created else None,
+                      cost_so_far=task.cost_so_far(now), cost_per_hour=task.cost_per_hour,
+                      label=outcome.label if outcome is not None else None)
     except FlowError as exc:
-        return TaskRow(**base, status=f"UNKNOWN ({exc})", nodes=None, elapsed_s=None,
-                       cost_so_far=None, cost_per_hour=None, label=None)
+        seen = _last_seen(record)
+        if seen.get("status") not in _TERMINAL:
+            return TaskRow(**base, status=f"UNKNOWN ({exc})", nodes=None, elapsed_s=None,
+                           cost_so_far=None, cost_per_hour=None, label=None)
+        return TaskRow(**base, **{f: seen.get(f) for f in _SEEN_FIELDS},
+                       last_known=" ".join(str(exc).split()))
+    seen = _last_seen(record)
+    if row.is_terminal and any(seen.get(f) != getattr(row, f) for f in ("status", "nodes")):
+        note_last_seen(row.task_id, {f: getattr(row, f) for f in _SEEN_FIELDS})
+    return row
+
+
+def _last_seen(record: dict[str, Any]) -> dict[str, Any]:
+    seen = record.get("last_seen")
+    return seen if isinstance(seen, dict) else {}
 
 
 def task_rows(limit: int = 20, provider: str | None = None,

@@ -28,10 +28,11 @@ from flow_sdk.errors import (
     PoolNotFoundError,
     ProviderError,
     RecordError,
+    ServiceNotRunningError,
     SignatureError,
     ValidationError,
 )
-from flow_sdk.providers import get_provider
+from flow_sdk.providers import attach_provider, get_provider
 from flow_sdk.providers.base import Instance, LaunchRequest, Provider, boot_stream
 from flow_sdk.spec import DEFAULT_IDLE_STOP_S, TaskSpec, build_task_spec
 from flow_sdk.wire import BootConfig, signing
@@ -128,7 +129,7 @@ class Pool:
             provider.config(), sort_keys=True) == json.dumps(found.provider_config,
                                                              sort_keys=True)
         return cls(name, found.pool_id, provider if same and provider is not None else
-                   pool_provider(found.provider, found.provider_config))
+                   pool_provider(found.provider, found.provider_config, attach=True))
 
     @property
     def store(self) -> signing.SignedStore:
@@ -251,9 +252,14 @@ def pool_up(name: str, *, provider: str = "local",
     return start_pool(backend, spec)
 
 
-def pool_provider(name: str, config: dict[str, Any] | None) -> Provider:
+def pool_provider(name: str, config: dict[str, Any] | None, *, attach: bool = False
+                  ) -> Provider:
+    """The pool's provider; with ``attach``, for a pool that exists: no service is started
+    (``Provider.attach``)."""
     try:
-        return get_provider(name, config)
+        return attach_provider(name, config) if attach else get_provider(name, config)
+    except ServiceNotRunningError:
+        raise
     except ProviderError as exc:
         raise ValidationError([FieldProblem("provider", str(exc))]) from None
 
@@ -276,9 +282,12 @@ def start_pool(provider: Provider, spec: TaskSpec) -> Pool:
     name = spec.pool
     existing = poolfiles.load_pool_file(name)
     if existing is not None:
-        old = Pool(name, existing.pool_id, pool_provider(existing.provider,
-                                                     existing.provider_config))
-        if existing.launching or old.is_up():
+        try:
+            old: Pool | None = Pool(name, existing.pool_id, pool_provider(
+                existing.provider, existing.provider_config, attach=True))
+        except ServiceNotRunningError:
+            old = None  # its provider's service stopped, and the pool with it
+        if existing.launching or old is not None and old.is_up():
             raise ValidationError([FieldProblem("pool", (
                 f"pool {name!r} is up already ({old.pool_id}); run tasks on it with "
                 f"pool={name!r}, or take it down first: `flow pool down {name}`"))])
@@ -319,4 +328,11 @@ def pool_is_up(name: str | None, provider: Provider | None = None) -> bool:
 
 def list_pools() -> list[PoolStatus]:
     """Every pool this machine made, with its nodes, by name."""
-    return [Pool.named(f.name).status() for f in poolfiles.list_pool_files()]
+    return [_status(f) for f in poolfiles.list_pool_files()]
+
+
+def _status(found: poolfiles.PoolFile) -> PoolStatus:
+    try:
+        return Pool.named(found.name).status()
+    except ServiceNotRunningError:  # its provider's service stopped, and the pool with it
+        return PoolStatus(found.name, found.pool_id, found.provider, "stopped", 0, 0, 0.0, [])

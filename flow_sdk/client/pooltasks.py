@@ -1,14 +1,17 @@
 """A task on a pool: does it fit the pool, which nodes it gets, and its launch.
 
 The client picks the pool's ready nodes for the task's gang (by instance id) and gives it the
-others as spares; it stores the call's code and arguments in the pool's folder by digest
-(unchanged code is not stored again), writes the task's records sealed with the task's own
-secret, claims the task's place in the pool's order, and writes one assignment per node,
-sealed with the pool's secret, carrying the task's secret sealed under it.
+others as spares; it claims the task's place in the pool's order (which names the task:
+``<pool id>.<function>-<number>``), stores the call's code and arguments in the pool's folder
+by digest (unchanged code is not stored again), writes the task's records sealed with the
+task's own secret, and writes one assignment per node, sealed with the pool's secret,
+carrying the task's secret sealed under it.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import time
 from typing import Any
 
@@ -25,7 +28,7 @@ from flow_sdk.errors import (
     SignatureError,
 )
 from flow_sdk.providers.base import Instance, Provider
-from flow_sdk.spec import TaskSpec
+from flow_sdk.spec import DEFAULT_IDLE_STOP_S, TaskSpec, VolumeSpec
 from flow_sdk.wire import (
     GangMember,
     LaunchedNode,
@@ -48,6 +51,8 @@ from flow_sdk.wire.pools import (
 )
 
 STOP_MARGIN_S = 5.0  # a node this close to its idle stop is not given a task
+_DEFAULT_VOLUME_GB = VolumeSpec.model_fields["size_gb"].default
+_SLUG_CHARS = 12  # of the function's name in a pool task's id
 
 
 def fit_problems(record: PoolRecord, spec: TaskSpec, instances: list[Instance]
@@ -82,13 +87,13 @@ def fit_problems(record: PoolRecord, spec: TaskSpec, instances: list[Instance]
     if spec.idle_stop is not None:
         differs("idle_stop", spec.idle_stop, record.idle_stop_s,
                 "drop idle_stop (the pool's applies), or " + take_down)
-    theirs = {p: v.model_dump() for p, v in pool.volumes.items()}
-    missing = {p: v.model_dump() for p, v in spec.volumes.items()
-               if theirs.get(p) != v.model_dump()}
+    missing = sorted(p for p, v in spec.volumes.items() if pool.volumes.get(p) != v)
     if missing:
+        remake = pool_up_line(record, pool, {**pool.volumes, **spec.volumes})
         problems.append(FieldProblem("volumes", (
-            f"the task mounts {sorted(missing)}, which pool {name!r}'s nodes do not mount as "
-            f"asked (they mount {sorted(theirs) or 'none'}): " + take_down)))
+            f"the task mounts {missing}, which pool {name!r}'s nodes do not mount as asked "
+            f"(they mount {sorted(pool.volumes) or 'none'}): make the pool again with them, "
+            f"`flow pool down {name}` then `{remake}`; or drop them from the task")))
     if record.sdk != sdk_digest() or record.python != sdkwheel.python_version():
         problems.append(FieldProblem("pool", (
             f"pool {name!r} runs another flow-sdk or Python than this client (pool "
@@ -101,6 +106,42 @@ def fit_problems(record: PoolRecord, spec: TaskSpec, instances: list[Instance]
                 f"pool {name!r}'s nodes cost ${max(prices):.4f}/h, above the task's cap "
                 f"${spec.max_price_per_hour:.4f}/h: raise the cap, or " + take_down)))
     return problems
+
+
+def pool_up_line(record: PoolRecord, pool: TaskSpec, volumes: dict[str, VolumeSpec]) -> str:
+    """The ``flow pool up`` command that makes the pool ``record`` describes again, in the
+    same shape (``pool``, its spec) but mounting ``volumes``; defaults are left out."""
+    args = ["flow", "pool", "up", record.name]
+    if pool.gpu is not None:
+        args += ["--gpu", str(pool.gpu)]
+    args += ["-N", str(record.size)]
+    if record.spares:
+        args += ["--spares", str(record.spares)]
+    if record.idle_stop_s != DEFAULT_IDLE_STOP_S:
+        args += ["--idle-stop", _duration(record.idle_stop_s)]
+    for flag, value, default in (("--image", pool.image, None),
+                                 ("--region", pool.region, None),
+                                 ("--max-price-per-hour", pool.max_price_per_hour, None),
+                                 ("--priority", pool.priority, "med"),
+                                 ("--provider", pool.provider, "local")):
+        if value != default:
+            args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    for path, volume in sorted(volumes.items()):
+        text = volume.name
+        if volume.interface != "file" or volume.size_gb != _DEFAULT_VOLUME_GB:
+            text += f":{volume.size_gb}"
+        if volume.interface != "file":
+            text += f":{volume.interface}"
+        args += ["--volume", f"{path}={text}"]
+    return shlex.join(args)
+
+
+def _duration(seconds: float) -> str:
+    """``2h``, ``10m`` or ``45s``, as ``--idle-stop`` reads it back."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def pool_for(provider: Provider, spec: TaskSpec) -> tuple[Pool, PoolRecord, list[Instance]]:
@@ -138,13 +179,12 @@ def _pick_nodes(pool: Pool, spec: TaskSpec, instances: list[Instance]
     return ready[:spec.num_instances], ready[spec.num_instances:]
 
 
-def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCall,
-                   new_task_id: str) -> Task:
+def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCall) -> Task:
     """Launch a task on the pool ``spec.pool`` names (see the module docstring)."""
     pool, record, instances = pool_for(provider, spec)
     provider = pool.provider
     gang, spares = _pick_nodes(pool, spec, instances)
-    task_id = f"{pool.pool_id}{TASK_SEPARATOR}{new_task_id}"
+    number, task_id = _claim(pool, spec.name)
     secret = signing.new_secret()
     tasksecrets.save_task_secret(task_id, secret)
     signed = signing.SignedStore(provider.store, signing.secret_from_hex(secret))
@@ -167,7 +207,6 @@ def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCal
     signed.put_record(wire.launch_key(task_id), LaunchRecord(now, [
         LaunchedNode(i.instance_id, i.instance_type, i.market, i.usd_per_hour, i.zone)
         for i in gang + spares]))
-    number = _claim_number(pool, task_id)
     pool_secret = tasksecrets.load_task_secret(pool.pool_id)
     for role, nodes in (("run", gang), ("standby", spares)):
         for instance in nodes:
@@ -178,19 +217,30 @@ def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCal
     return Task(task_id, provider)
 
 
-def _claim_number(pool: Pool, task_id: str) -> int:
-    """The task's place in the pool's order: the number after the highest claim sealed with
-    the pool's secret, claimed atomically (a number already taken moves it on). Junk under
-    the prefix (a key no client writes, a claim not sealed with the pool's secret) is no
-    claim: it neither fails the launch nor moves the order."""
+def pool_task_id(pool_id: str, name: str, number: int) -> str:
+    """``<pool id>.<function>-<number>``: the task's place in the pool's order makes it unique
+    (the pool id carries the date), so the id stays short and says which task it was."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:_SLUG_CHARS].strip("-")
+    return f"{pool_id}{TASK_SEPARATOR}{slug or 'task'}-{number}"
+
+
+def _claim(pool: Pool, name: str) -> tuple[int, str]:
+    """The task's place in the pool's order and its id (``pool_task_id``): the number after
+    the highest claim sealed with the pool's secret, claimed atomically (a number already
+    taken moves it on). Junk under the prefix (a key no client writes, a claim not sealed
+    with the pool's secret) is no claim: it neither fails the launch nor moves the order.
+    The pool's nodes act on assignments only, so claiming before the task's records are
+    written starts nothing."""
     found = (sequence_number(pool.pool_id, key)
              for key in pool.provider.store.list(sequence_prefix(pool.pool_id)))
     numbers = sorted({n for n in found if n is not None}, reverse=True)
     number = next((n + 1 for n in numbers if _sealed_claim(pool, n)), 0)
-    while not pool.store.put_record_if_absent(sequence_key(pool.pool_id, number),
-                                              SequenceClaim(task_id)):
+    while True:
+        task_id = pool_task_id(pool.pool_id, name, number)
+        if pool.store.put_record_if_absent(sequence_key(pool.pool_id, number),
+                                           SequenceClaim(task_id)):
+            return number, task_id
         number += 1
-    return number
 
 
 def _sealed_claim(pool: Pool, number: int) -> bool:

@@ -1,6 +1,7 @@
 """What the caller sees while a task starts and runs: the plan, each phase as it happens
-(plan -> provisioning n/N nodes -> rendezvous -> running, with elapsed time) and the workers'
-output, as Modal and SkyPilot show it.
+(plan -> provisioning n/N nodes -> rendezvous n/N nodes joined -> running, then what the
+workers do until the caller's code runs: starting, importing your code; with elapsed time)
+and the workers' output, as Modal and SkyPilot show it.
 
 On a terminal the phases are a ``rich`` status line; otherwise plain time-stamped lines. Phases
 go to stderr, the workers' output to stdout. ``quiet`` shows nothing. Everything is read
@@ -22,8 +23,10 @@ from rich.status import Status
 
 from flow_sdk.catalog import CatalogError, load_catalog
 from flow_sdk.errors import FieldProblem, LaunchDeclinedError, ValidationError
-from flow_sdk.wire import TaskStatus
+from flow_sdk.wire import NodePhase, TaskStatus
+from flow_sdk.wire.records import WORKER_ACTIVITIES
 from flow_sdk.providers.base import LaunchPlan
+from flow_sdk.client.failure import HeldTracebacks
 from flow_sdk.client.task import Task
 
 StreamChoice = Literal["rank0", "all", "none"]
@@ -177,21 +180,26 @@ def watch(task: Task, reporter: Reporter, stream: StreamChoice,
     above = reporter.shares_terminal(target)
     if not above:
         reporter.stop()
+    held = HeldTracebacks()  # a failure is reported once, by the error the caller gets
     if not status.is_terminal and stream != "none":
         rank = 0 if stream == "rank0" else None
-        for line in task.logs(follow=True, rank=rank):
-            if above:
-                reporter.print_above(line)
-            else:
-                print(line, file=target, flush=True)
+        for entry in task.log_entries(follow=True, rank=rank):
+            for line in held.feed(entry):
+                if above:
+                    reporter.print_above(line)
+                else:
+                    print(line, file=target, flush=True)
     status = task.wait()
     reporter.stop()
+    for line in held.end(failed=status is TaskStatus.FAILED):
+        print(line, file=target, flush=True)
     reporter.note(f"task {task.task_id} {status} [{reporter.elapsed():.1f}s]")
     return status
 
 
 def wait_running(task: Task, reporter: Reporter) -> TaskStatus:
-    """Poll the phases (provisioning n/N nodes, rendezvous n/N) until the task runs or ends."""
+    """Poll the phases (provisioning n/N nodes, rendezvous n/N) until the task runs or ends;
+    once it runs, what its workers do until they run the caller's code (``wait_workers``)."""
     expected = int(task.record().spec.get("num_instances", 1))
     status = task.status
     while status in (TaskStatus.PENDING, TaskStatus.PROVISIONING):
@@ -204,8 +212,31 @@ def wait_running(task: Task, reporter: Reporter) -> TaskStatus:
         time.sleep(_POLL_S)
         status = task.status
     if status is TaskStatus.RUNNING:
+        # the nodes passed the start barrier together: each one's record is there, though
+        # the last may have joined between two polls
+        reporter.phase(f"rendezvous: {len(task.nodes())}/{expected} nodes joined")
         reporter.phase(f"running on {expected} node(s)")
-    return status
+        wait_workers(task, reporter, expected)
+    return status  # RUNNING even if it ended since: its logs are still to be shown
+
+
+def wait_workers(task: Task, reporter: Reporter, expected: int) -> None:
+    """While the task runs and its workers have not all reached the caller's code, what the
+    least advanced node's workers are doing (``NodeRecord.activity``: starting, importing
+    your code); returns when they all run it, when no node is running any more, or when a
+    node does not say (an older agent)."""
+    last = WORKER_ACTIVITIES[-1]
+    while task.status is TaskStatus.RUNNING:
+        running = [n for n in task.nodes() if n.phase is NodePhase.RUNNING]
+        if not running or any(n.activity not in WORKER_ACTIVITIES for n in running):
+            return
+        least = min((n.activity for n in running), key=WORKER_ACTIVITIES.index)
+        behind = sum(n.activity == least for n in running)
+        reporter.phase(f"running on {expected} node(s): workers {least}"
+                       + ("" if least == last else f" ({behind}/{len(running)} node(s))"))
+        if least == last:
+            return
+        time.sleep(_POLL_S)
 
 
 def split_watch_options(options: dict[str, object]) -> tuple[dict[str, object], dict[str, object]]:

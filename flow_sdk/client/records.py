@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,25 @@ def load_client_record(task_id: str) -> dict[str, Any]:
                                 "the tasks this machine knows")
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def note_last_seen(task_id: str, seen: dict[str, Any]) -> None:
+    """Remember, in the task's record, what this machine last saw of it once it ended (its
+    status, and what ``flow list`` showed), so the task keeps a status after its provider
+    can no longer answer for it (a simulated account that stopped, records past their
+    expiry). A task this machine has no record of is left alone."""
+    path = _path(task_id)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return
+    merged = {**(data.get("last_seen") or {}), **seen}
+    if data.get("last_seen") == merged:
+        return
+    data["last_seen"] = merged
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    temp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(temp, path)  # whole: a reader never sees half a record
 
 
 def list_client_records() -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from flow_sdk.wire import signing
 from flow_sdk.client import capguard
 from flow_sdk.client import ssh as _ssh
 from flow_sdk.client.failure import task_error
-from flow_sdk.client.records import load_client_record
+from flow_sdk.client.records import load_client_record, note_last_seen
 from flow_sdk.client.stacks import Stacks, task_stacks
 from flow_sdk.client.timeline import Timeline, task_timeline
 from flow_sdk.errors import (
@@ -36,7 +36,7 @@ from flow_sdk.wire import (
     TaskRecord,
     TaskStatus,
 )
-from flow_sdk.providers import get_provider
+from flow_sdk.providers import attach_provider
 from flow_sdk.providers.base import Instance, Provider, SshEndpoint
 from flow_sdk.spec import TaskSpec
 from flow_sdk.client.ssh import SshResult
@@ -78,7 +78,7 @@ class Task:
     @classmethod
     def from_id(cls, task_id: str) -> Task:
         data = load_client_record(task_id)
-        return cls(task_id, get_provider(data["provider"], data["provider_config"]))
+        return cls(task_id, attach_provider(data["provider"], data["provider_config"]))
 
     # -- state ------------------------------------------------------------------------------
 
@@ -104,8 +104,7 @@ class Task:
         return [i for i in instances if i.instance_id in given]
 
     def nodes(self) -> list[NodeRecord]:
-        """The node records the agents wrote; an object without the task's MAC under the
-        nodes' prefix is passed over."""
+        """The node records the agents wrote; an unsealed object there is passed over."""
         found = []
         for key in self.store.list(wire.nodes_prefix(self.task_id)):
             try:
@@ -198,6 +197,7 @@ class Task:
             if status.is_terminal:
                 status = self._settle()
                 self._teardown()
+                note_last_seen(self.task_id, {"status": str(status)})  # kept past the store
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise TaskTimeoutError(f"task {self.task_id} is still {status} after "

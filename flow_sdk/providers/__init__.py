@@ -61,5 +61,11 @@ def get_provider(name: str, config: Mapping[str, Any] | None = None) -> Provider
     return cls.from_config(config) if config is not None else cls.from_config({})
 
 
+def attach_provider(name: str, config: Mapping[str, Any] | None = None) -> Provider:
+    """``get_provider`` for reading what already runs: it starts no service
+    (``Provider.attach``)."""
+    return provider_class(name).attach(config if config is not None else {})
+
+
 __all__ = ["Instance", "LaunchRequest", "LogRecord", "LogStore", "ObjectStore", "Provider",
-           "available_providers", "get_provider", "provider_class"]
+           "attach_provider", "available_providers", "get_provider", "provider_class"]

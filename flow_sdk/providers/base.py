@@ -292,6 +292,13 @@ class Provider(abc.ABC):
     def from_config(cls, config: Mapping[str, Any]) -> Provider:
         """Rebuild the provider from ``config()`` (on a node, or in another client process)."""
 
+    @classmethod
+    def attach(cls, config: Mapping[str, Any]) -> Provider:
+        """The provider as ``from_config`` rebuilds it, for reading what already runs (list,
+        status, logs, gc): it starts no service of its own. A provider that would (the
+        simulated account's server) raises ``ProviderError`` saying what is not running."""
+        return cls.from_config(config)
+
     @abc.abstractmethod
     def config(self) -> dict[str, Any]:
         """JSON-safe settings that ``from_config`` takes. Never holds credentials."""

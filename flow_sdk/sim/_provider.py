@@ -29,14 +29,20 @@ import boto3
 from flow_sdk import sdkwheel
 from flow_sdk._config import flow_home
 from flow_sdk.aws_clients import make_client
-from flow_sdk.errors import FieldProblem, ProviderError
+from flow_sdk.errors import FieldProblem, ProviderError, ServiceNotRunningError
 from flow_sdk import procs
 from flow_sdk.providers.aws import AwsConfig, AwsProvider
 from flow_sdk.providers.base import GcReport, SshEndpoint
 from flow_sdk.sim._access import KEYS_FILE, AccountKeys, read_keys
 from flow_sdk.sim._inventory import SimGcReport, holdings
 from flow_sdk.sim._nodes import SimulatedNodes
-from flow_sdk.sim._server import CLOUD_DIR, INSTALL_HINT, ensure_server, stop_server
+from flow_sdk.sim._server import (
+    CLOUD_DIR,
+    INSTALL_HINT,
+    ensure_server,
+    running_server,
+    stop_server,
+)
 from flow_sdk.sim._settings import NODE_KEY, NodeSettings, SimSettings
 from flow_sdk.spec import TaskSpec
 
@@ -127,11 +133,38 @@ class AwsSimProvider(AwsProvider):
             aws = AwsConfig.from_mapping(given)
             return cls(aws, None, nodes, session=session)
         settings = SimSettings.from_mapping(config)
-        nodes = settings.node_settings(str(sim_home() / CLOUD_DIR))
         url = settings.aws.get("endpoint_url")
-        home = Path(settings.account_home) if settings.account_home else None
         if not url:  # this flow directory's own account: started when it does not run
-            url, home = ensure_server(sim_home(), settings.idle_stop_s).url, sim_home()
+            url = ensure_server(sim_home(), settings.idle_stop_s).url
+        return cls._with_account(settings, url, session=session)
+
+    @classmethod
+    def attach(cls, config: Mapping[str, Any]) -> AwsSimProvider:
+        """The provider for reading what runs: this flow directory's own account is used only
+        while its server runs (a stopped account kept nothing: moto holds its state in
+        memory), never started."""
+        if "launch" in config:
+            return cls.from_config(config)
+        settings = SimSettings.from_mapping(config)
+        url = settings.aws.get("endpoint_url")
+        if not url:
+            state = running_server(sim_home())
+            if state is None:
+                raise ServiceNotRunningError(
+                    "the simulated aws account of this flow directory is not running (it "
+                    "stopped after its idle time, or `python -m flow_sdk.sim stop` stopped "
+                    "it); its tasks and their records went with it, and nothing was started")
+            url = state.url
+        return cls._with_account(settings, url)
+
+    @classmethod
+    def _with_account(cls, settings: SimSettings, url: str, *,
+                      session: boto3.session.Session | None = None) -> AwsSimProvider:
+        nodes = settings.node_settings(str(sim_home() / CLOUD_DIR))
+        if not settings.aws.get("endpoint_url"):
+            home: Path | None = sim_home()  # this flow directory's own account
+        else:  # a given API: a simulated account's (its home named), or one with no keys
+            home = Path(settings.account_home) if settings.account_home else None
         keys = None
         if home is not None:  # an account's own server: its keys
             keys_file = home / KEYS_FILE

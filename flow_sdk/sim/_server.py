@@ -108,6 +108,13 @@ def answers(url: str) -> bool:
         return False
 
 
+def running_server(home: Path) -> ServerState | None:
+    """The running server of ``home``, else None: nothing is started."""
+    with locked(home):
+        state = read_state(home)
+        return state if state is not None and state.alive() and answers(state.url) else None
+
+
 def ensure_server(home: Path, idle_stop_s: float) -> ServerState:
     """The running server of ``home``, else a new one (which stops itself after
     ``idle_stop_s`` seconds with no request and no live simulated instance)."""

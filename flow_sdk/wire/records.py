@@ -48,12 +48,17 @@ class NodePhase(str, Enum):
     RESTARTING = "restarting"  # a failed generation restarts (``max_restarts``)
     DONE = "done"  # its workers succeeded
     FAILED = "failed"  # the task failed and this node stopped
+    CANCELLED = "cancelled"  # the task was cancelled and this node stopped
 
     def __str__(self) -> str:
         return self.value
 
 
 NODE_PHASES: tuple[str, ...] = tuple(p.value for p in NodePhase)
+# What a running node's workers are doing, as its agent sees it (``NodeRecord.activity``), in
+# the order they go through it: each worker writes the stage it reached into a file the
+# agent reads; the node shows its least advanced worker's.
+WORKER_ACTIVITIES: tuple[str, ...] = ("starting", "importing your code", "running your code")
 FAILURE_LABELS = ("user", "infra", "sdk")
 
 
@@ -235,12 +240,16 @@ class NodeRecord:
     phase: NodePhase
     updated_at: float
     workers: int = 0
+    activity: str = ""  # one of WORKER_ACTIVITIES while it runs them; "" before, or unknown
 
     @classmethod
     def from_json(cls, data: bytes) -> NodeRecord:
-        """The record in ``data``; raises RecordError for an unknown shape or phase."""
+        """The record in ``data``; raises RecordError for an unknown shape, phase or
+        activity."""
         raw = _fields_of(cls, data)
         raw["phase"] = NodePhase(_one_of("NodeRecord.phase", raw["phase"], NODE_PHASES))
+        if raw.get("activity", "") != "":
+            _one_of("NodeRecord.activity", raw["activity"], WORKER_ACTIVITIES)
         return cls(**raw)
 
 

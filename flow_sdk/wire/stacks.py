@@ -3,8 +3,10 @@ task's store, and reading the dumps: which ranks stand apart from the rest.
 
 A request (``StacksRequest``, numbered from 1, claimed with ``put_if_absent``) is written by
 ``task.stacks()`` or by the leader's agent when a rank stalls; every node's agent answers with
-one ``StackDump`` per worker (Python's ``faulthandler`` text of every thread, py-spy's native
-frames where installed). A ``StallRecord`` says what the leader saw and did.
+one ``StackDump`` per worker (Python's ``faulthandler`` text of every thread and its frames as
+data, py-spy's native frames where installed). A ``StallRecord`` says what the leader saw and
+did. The dumps stay in the task's store, sealed, after the task ends: ``flow stacks`` shows an
+ended task's last ones. ``flow_sdk.tracebacks`` renders them, as it renders a traceback.
 """
 
 from __future__ import annotations
@@ -105,6 +107,17 @@ class StacksRequest:
             "reason": _TEXT, "requested_at": _SECONDS}))
 
 
+def _frame(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 5 and isinstance(value[0], str)
+            and _count(value[1]) and isinstance(value[2], str) and isinstance(value[3], str)
+            and isinstance(value[4], bool))
+
+
+def _threads(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(t, list) and all(_frame(f) for f in t) for t in value)
+
+
 @dataclass(frozen=True)
 class StackDump:
     rank: int
@@ -112,15 +125,25 @@ class StackDump:
     text: str  # faulthandler's dump of every thread; "" when the worker could not answer
     taken_at: float
     how: str  # "faulthandler", "faulthandler+py-spy", or why there is no dump
+    # The dump's threads, Python's main thread first, each a list of frames outermost first:
+    # [file (the caller's, for code shipped by value), line, function, source line on the
+    # node, whether the frame is the SDK's own] (``flow_sdk.tracebacks`` renders them).
+    threads: list[list[list[Any]]] = field(default_factory=list)
+    native: str = ""  # py-spy's native frames, where it is installed
 
     @classmethod
     def from_json(cls, data: bytes) -> StackDump:
-        return cls(**_typed(cls, data, {"rank": _COUNT, "node": _COUNT, "text": _TEXT,
-                                        "taken_at": _SECONDS, "how": _TEXT}))
+        return cls(**_typed(cls, data, {
+            "rank": _COUNT, "node": _COUNT, "text": _TEXT, "taken_at": _SECONDS, "how": _TEXT,
+            "threads": (_threads, "a list of threads of [file, line, function, source, sdk]"),
+            "native": _TEXT}))
 
     def main_frames(self) -> list[tuple[str, int, str]]:
         """The frames of Python's main thread, innermost first: (file, line, function)."""
-        return threads(self.text)[0] if self.text else []
+        if self.threads:
+            return [(f[0], f[1], f[2]) for f in reversed(self.threads[0])]
+        found = threads(self.text)
+        return found[0] if found else []
 
     def in_collective(self) -> bool:
         return any(any(part in f for part in _COLLECTIVE_FILES) for f, _, _ in
@@ -190,23 +213,3 @@ def odd_ranks(dumps: list[StackDump]) -> list[int]:
             return sorted(silent + [d.rank for d in answered
                                     if tuple(d.main_frames()) == smallest])
     return silent
-
-
-def innermost(dump: StackDump) -> str:
-    """Where a rank is: its innermost frame, or why it has no stack."""
-    frames = dump.main_frames()
-    if not frames:
-        return dump.how
-    file, line, func = frames[0]
-    return f"{func} ({file.rsplit('/', 1)[-1]}:{line})"
-
-
-def render(dumps: list[StackDump]) -> str:
-    """Every rank's stacks, the odd ranks marked."""
-    odd = set(odd_ranks(dumps))
-    parts = []
-    for dump in sorted(dumps, key=lambda d: d.rank):
-        mark = "  <-- stands apart" if dump.rank in odd else ""
-        head = f"== rank {dump.rank} (node {dump.node}, {dump.how}){mark}"
-        parts.append(head + "\n" + (dump.text.rstrip() or "  (no stack)"))
-    return "\n".join(parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from flow_sdk.catalog import (
     UnknownRegionError,
     explain_no_offers,
     find_offers,
+    gpu_count_problem,
     load_catalog,
     markets_for_priority,
     plan_offers,
@@ -67,6 +69,42 @@ def test_count_must_equal_the_instance_gpu_count() -> None:
     assert find_offers(gpu("a10g:2")) == []
     with pytest.raises(OfferNotFoundError, match=r"exactly 4x h100.*p5\.48xlarge.*gpu='h100:8'"):
         plan_offers(task(gpu="h100:4"))
+
+
+@pytest.mark.parametrize(("request_text", "words", "ask"), [
+    ("h100:9", "9 h100 GPUs: the largest sold with h100 GPUs has 8", "gpu='h100:8'"),
+    # no h100 PCIe machine at all: the model's largest
+    ("h100.pcie:16", "16 h100 GPUs: the largest sold with h100 GPUs has 8", "gpu='h100:8'"),
+    # the user's memory kept
+    ("a100-80gb:12", "12 a100 GPUs: the largest sold with a100 GPUs has 8",
+     "gpu='a100-80gb:8'"),
+    ("a100:9", "9 a100 GPUs: the largest sold with a100 GPUs has 8", "gpu='a100:8'"),
+    ("t4:9", "9 t4 GPUs: the largest sold with t4 GPUs has 8", "gpu='t4:8'"),
+])
+def test_a_count_above_the_models_largest_machine_names_it(request_text: str, words: str,
+                                                            ask: str) -> None:
+    problem = gpu_count_problem(gpu(request_text))
+    assert problem is not None
+    assert problem.startswith(f"no machine has {words} ("), problem
+    assert f"Ask for {ask}, and more nodes (num_instances)" in problem
+    with pytest.raises(OfferNotFoundError) as info:  # the aws provider's words are the same
+        plan_offers(task(gpu=request_text))
+    assert (info.value.field, str(info.value)) == ("gpu", problem)
+
+
+@pytest.mark.parametrize("request_text", ["h100:8", "h100:4", "a10g:1", "any:9", "any:16"])
+def test_a_count_some_machine_has_or_a_model_less_ask_is_not_a_count_problem(
+        request_text: str) -> None:
+    assert gpu_count_problem(gpu(request_text)) is None
+    assert gpu_count_problem(None) is None
+
+
+def test_a_model_the_catalog_does_not_sell_is_no_count_problem() -> None:
+    catalog = load_catalog()
+    without_h100 = dataclasses.replace(catalog, entries=tuple(
+        e for e in catalog.entries if e.instance.gpu_model != "h100"))
+    assert gpu_count_problem(gpu("h100:9"), without_h100) is None
+    assert gpu_count_problem(gpu("a10g:9"), without_h100) is not None
 
 
 def test_form_factor_must_match() -> None:

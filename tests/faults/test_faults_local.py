@@ -54,6 +54,19 @@ def _all_ready(task: Task, count: int) -> None:
     wait_until(lambda: sum("ready" in ln for ln in task.logs()) == count, 90, f"{count} ranks ready")
 
 
+CAP_S = 30.0  # a runtime cap the workers are up well before, even on a loaded machine
+
+
+def _ready_before_the_cap(task: Task, count: int) -> float:
+    """Wait for ``count`` workers' "ready" lines, which must come before the runtime cap (it
+    counts from the task's creation, start-up included); returns the cap's time (this
+    machine's clock)."""
+    cap_at = task.record().created_at + CAP_S
+    wait_until(lambda: sum("ready" in ln for ln in task.logs()) == count,
+               cap_at - time.time(), f"{count} workers' first lines before the {CAP_S:g} s cap")
+    return cap_at
+
+
 def _node(task: Task, node: int) -> str:
     return next(n.instance_id for n in task.nodes() if n.node == node)
 
@@ -93,19 +106,20 @@ def test_kill_9_a_node_agent(flow_home: Path, fault_record, node: int) -> None:
 
 
 def test_hung_worker_is_stopped_by_the_runtime_cap(flow_home: Path, fault_record) -> None:
-    @app.function(num_instances=2, max_run_time_hours=5 / 3600)
+    """The cap counts from the task's creation; what the workers printed before it is kept."""
+    @app.function(num_instances=2, max_run_time_hours=CAP_S / 3600)
     def hang() -> None:
         import threading
         print("ready", flush=True)
         threading.Event().wait()  # never returns
 
     task = hang.spawn()
-    start = time.monotonic()
-    assert task.wait(timeout=40) is TaskStatus.TIMED_OUT
+    cap_at = _ready_before_the_cap(task, 2)
+    assert task.wait(timeout=CAP_S + 30) is TaskStatus.TIMED_OUT
     with pytest.raises(TaskTimedOutError, match="max_run_time_hours"):
         task.result()
-    fault_record("worker hangs forever (runtime cap 5 s)", time.monotonic() - start,
-                 _leaked(flow_home), _logs_kept(task, 2))
+    fault_record(f"worker hangs forever (runtime cap {CAP_S:g} s; seconds after the cap)",
+                 time.time() - cap_at, _leaked(flow_home), _logs_kept(task, 2))
 
 
 def test_node_dropped_during_the_start_barrier(flow_home: Path, fault_record) -> None:
@@ -161,26 +175,26 @@ def test_caller_killed_right_after_spawn(tmp_path: Path, flow_home: Path, fault_
 
         app = FlowApp("caps")
 
-        @app.function(num_instances=2, max_run_time_hours=6 / 3600)
+        @app.function(num_instances=2, max_run_time_hours=CAP_HOURS)
         def forever():
             print("ready", flush=True)
             time.sleep(3600)
 
         print(forever.spawn().task_id, flush=True)
         time.sleep(3600)   # the caller would wait; it is killed instead
-    """))
+    """).replace("CAP_HOURS", repr(CAP_S / 3600)))
     caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "FLOW_HOME": str(flow_home)})
     assert caller.stdout is not None
     task = Task.from_id(caller.stdout.readline().strip())
     caller.send_signal(signal.SIGKILL)
     caller.wait()
-    start = time.monotonic()
+    cap_at = _ready_before_the_cap(task, 2)
     # no client is watching: the nodes end the task and stop themselves
-    wait_until(lambda: task.outcome() is not None, 60, "the nodes to end the task")
+    wait_until(lambda: task.outcome() is not None, CAP_S + 60, "the nodes to end the task")
     assert task.status is TaskStatus.TIMED_OUT
-    fault_record("caller killed right after .spawn() (runtime cap 6 s)", time.monotonic() - start,
-                 _leaked(flow_home), _logs_kept(task, 2))
+    fault_record(f"caller killed right after .spawn() (runtime cap {CAP_S:g} s; seconds after "
+                 "the cap)", time.time() - cap_at, _leaked(flow_home), _logs_kept(task, 2))
 
 
 class _Bomb:

@@ -1,5 +1,5 @@
-"""Snowflake ML Jobs' names on flow-sdk: each line of the README's Snowflake table that is not
-covered by tests/trainers/test_trainers_in_job.py is exercised here."""
+"""Snowflake ML Jobs' names on flow-sdk: each line of the Snowflake table in docs/migration.md
+that is not covered by tests/trainers/test_trainers_in_job.py is exercised here."""
 
 from __future__ import annotations
 

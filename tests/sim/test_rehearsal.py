@@ -82,3 +82,27 @@ def test_rehearse_two_nodes_then_gc_volumes_and_list_with_no_credentials(tmp_pat
     assert _mounts_under(tmp_path) == []
     records = [json.loads(p.read_text()) for p in home.glob("cloud/instances/*/i-*.json")]
     assert not [r for r in records if r["pid"] is None or is_alive(r["pid"], r["ticks"])]
+    # Read-only commands, right after the account stopped, start nothing: no server, no
+    # process of this flow directory.
+    for argv in (["flow", "list"], ["flow", "pool", "list"], ["flow", "gc", "--dry-run"],
+                 ["flow", "list", "--json"]):
+        before = _processes_naming(tmp_path)
+        _run(argv, env, tmp_path)
+        assert read_state(home) is None, f"{argv} started the simulated account"
+        assert _processes_naming(tmp_path) == before == [], argv
+    assert "aws-sim: nothing to reclaim" in _run(["flow", "gc", "--dry-run"], env, tmp_path)
+
+
+def _processes_naming(root: Path) -> list[int]:
+    """Pids of the processes whose command line or environment names ``root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            text = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if str(root).encode() in text:
+            found.append(int(entry.name))
+    return sorted(found)

@@ -152,3 +152,17 @@ def test_other_variables_pass_through_in_auto_mode() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "3",
            "FLOW_MAX_RESULT_BYTES": "1000", "RANKING": "x", "MY_RANK": "y"}
     assert build_task_spec(app="a", name="f", environment=env).environment == env
+
+
+@pytest.mark.parametrize("options", [
+    {"stall_timeout": "10m"},  # the default collective_timeout is 10 minutes
+    {"stall_timeout": "45s", "collective_timeout": "30s"},
+])
+def test_a_stall_timeout_the_collective_timeout_would_beat_is_refused(options: dict) -> None:
+    with pytest.raises(ValidationError) as info:
+        build_task_spec(app="a", name="f", **options)
+    assert info.value.fields == ["stall_timeout"]
+    assert "must be below collective_timeout" in str(info.value)
+    assert "stall_timeout='auto'" in str(info.value)
+    fits = build_task_spec(app="a", name="f", stall_timeout="20s", collective_timeout="30s")
+    assert fits.stall_timeout == 20.0

@@ -29,7 +29,8 @@ from flow_sdk.client.task import Task
 
 
 def test_the_allowed_values_are_the_enums_values() -> None:
-    assert NODE_PHASES == ("rendezvous", "running", "restarting", "done", "failed")
+    assert NODE_PHASES == ("rendezvous", "running", "restarting", "done", "failed",
+                           "cancelled")
     assert STREAM_KINDS == ("node", "agent", "boot")
     assert TERMINAL_STATUSES == ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
     assert all(TaskStatus(s).is_terminal for s in TERMINAL_STATUSES)
@@ -43,7 +44,8 @@ def test_stream_kinds_match_the_stream_names() -> None:
 
 @pytest.mark.parametrize("phase", list(NodePhase))
 def test_a_node_record_round_trips_every_phase(phase: NodePhase) -> None:
-    record = NodeRecord(2, "i-1", "127.0.0.2", phase, 1.5, workers=4)
+    record = NodeRecord(2, "i-1", "127.0.0.2", phase, 1.5, workers=4,
+                        activity="importing your code")
     data = wire.to_json(record)
     assert json.loads(data)["phase"] == phase.value
     back = NodeRecord.from_json(data)
@@ -61,6 +63,8 @@ def _node_json(**changes: object) -> bytes:
     (_node_json(phase="sleeping"), "NodeRecord.phase is 'sleeping'"),
     (_node_json(phase=3), "NodeRecord.phase is 3"),
     (_node_json(colour="red"), "unknown fields ['colour']"),
+    (_node_json(activity="sleeping"), "NodeRecord.activity is 'sleeping'"),
+    (_node_json(activity=0), "NodeRecord.activity is 0"),
     (b'{"node": 0}', "missing fields ['address', 'instance_id', 'phase', 'updated_at']"),
     (b"[1, 2]", "expected a JSON object"),
     (b"\xff not json", "not JSON"),

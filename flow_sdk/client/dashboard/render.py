@@ -12,6 +12,8 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from flow_sdk.tracebacks import stack_text
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -37,7 +39,7 @@ def when(epoch: float | None) -> str:
 
 _ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True,
                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-_ENV.filters.update(seconds=seconds, usd=usd, when=when)
+_ENV.filters.update(seconds=seconds, usd=usd, when=when, stack=stack_text)
 
 
 def render(template: str, **values: Any) -> Markup:

@@ -76,7 +76,7 @@ class Dashboard:
         try:
             task = await to_thread.run_sync(views.open_task, task_id)
             state = await to_thread.run_sync(views.task_state, task)
-            svg, key = await to_thread.run_sync(streams.timeline_html, task)
+            svg, key = await to_thread.run_sync(streams.timeline_html, task, state)
             layout = await to_thread.run_sync(views.log_layout, task)
         except FlowError as exc:
             return _refusal(exc)

@@ -9,16 +9,24 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from anyio import to_thread
 from markupsafe import Markup
 
+from flow_sdk.client.dashboard.lastlines import LastLines
 from flow_sdk.client.dashboard.pages import note, task_rows_html
 from flow_sdk.client.dashboard.svg import legend, render_svg
 from flow_sdk.client.dashboard.taskpage import state_html
-from flow_sdk.client.dashboard.views import TaskRows, describe, task_state, task_timeline
+from flow_sdk.client.dashboard.views import (
+    TaskRows,
+    TaskState,
+    describe,
+    task_state,
+    task_timeline,
+)
 from flow_sdk.client.task import Task
 from flow_sdk.errors import FlowError
 
@@ -46,34 +54,38 @@ async def tasks_events(app: str | None, status: str | None) -> AsyncIterator[Eve
         await asyncio.sleep(TASKS_POLL_S)
 
 
-def timeline_html(task: Task) -> tuple[Markup, Markup]:
-    """(the timeline's SVG, its legend), or a note saying why it cannot be read."""
+def timeline_html(task: Task, state: TaskState | None) -> tuple[Markup, Markup]:
+    """(the timeline's SVG, its legend), or a note saying why it cannot be read. While the
+    task runs its axis reaches now; the stalls of ``state`` are marked."""
     try:
         timeline = task_timeline(task)
     except FlowError as exc:
         return note(f"timeline: {describe(exc)}"), Markup()
-    return render_svg(timeline), legend(timeline)
+    running = state is not None and not state.ended
+    stalls = tuple(view.stall for view in state.stalls) if state is not None else ()
+    return render_svg(timeline, time.time() if running else None, stalls), legend(timeline)
 
 
-def _state(task: Task) -> tuple[Markup, bool]:
+def _state(task: Task, lines: LastLines) -> tuple[Markup, TaskState | None]:
     try:
-        state = task_state(task)
+        state = task_state(task, lines)
     except FlowError as exc:
-        return note(describe(exc)), False
-    return state_html(state), state.ended
+        return note(describe(exc)), None
+    return state_html(state), state
 
 
 async def task_events(task: Task) -> AsyncIterator[Event]:
     """The task's live state and timeline whenever they change, until it has ended."""
     sent: dict[str, Markup] = {}
+    lines = LastLines(task)
     while True:
-        state, ended = await to_thread.run_sync(_state, task)
-        svg, key = await to_thread.run_sync(timeline_html, task)
-        for element, html in (("state", state), ("timeline", svg), ("legend", key)):
-            if sent.get(element) != html:
-                sent[element] = html
-                yield html_event(element, html)
-        if ended:
+        html, state = await to_thread.run_sync(_state, task, lines)
+        svg, key = await to_thread.run_sync(timeline_html, task, state)
+        for element, markup in (("state", html), ("timeline", svg), ("legend", key)):
+            if sent.get(element) != markup:
+                sent[element] = markup
+                yield html_event(element, markup)
+        if state is not None and state.ended:
             yield END
             return
         await asyncio.sleep(TASK_POLL_S)

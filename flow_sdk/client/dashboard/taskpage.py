@@ -27,7 +27,8 @@ def where(error: ErrorView | None) -> str:
 
 def _state_values(state: TaskState) -> dict[str, Any]:
     return {"row": state.row, "data": state.status, "error": state.error,
-            "where": where(state.error), "stalls": state.stalls}
+            "where": where(state.error), "stalls": state.stalls, "ranks": state.ranks,
+            "quiet": state.quiet}
 
 
 def state_html(state: TaskState) -> Markup:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from flow_sdk.client.dashboard.lastlines import LastLines, RankLine
 from flow_sdk.client.overview import PoolRow, TaskRow, pool_rows, status_data, task_row
 from flow_sdk.client.records import list_client_records, load_client_record
 from flow_sdk.client.stacks import Stacks, sealed_dump, task_stalls
@@ -76,6 +77,12 @@ class TaskState:
     status: dict[str, Any]  # ``overview.status_data``: nodes, outcome, stalls
     error: ErrorView | None
     stalls: list[StallView] = field(default_factory=list)
+    ranks: list[RankLine] = field(default_factory=list)  # while it runs: each one's last line
+
+    @property
+    def quiet(self) -> list[RankLine]:
+        """The ranks quiet for long, or named by a stall, the quietest first."""
+        return sorted((r for r in self.ranks if r.quiet), key=lambda r: -r.quiet_s)
 
     @property
     def ended(self) -> bool:
@@ -87,11 +94,21 @@ def open_task(task_id: str) -> Task:
     return Task.from_id(task_id)
 
 
-def task_state(task: Task) -> TaskState:
+def task_state(task: Task, lines: LastLines | None = None) -> TaskState:
+    """The task's live state; ``lines``: the page's reader of each rank's last line (kept
+    between calls, so each reads only the new lines)."""
     row = task_row(load_client_record(task.task_id))
     data = status_data(task)
     error = error_view(task, data["outcome"]) if row.is_terminal else None
-    return TaskState(row, data, error, stall_views(task))
+    stalls = stall_views(task)
+    ranks: list[RankLine] = []
+    if not row.is_terminal:
+        stalled: dict[int, float] = {}
+        for view in stalls:
+            stalled.update({r: max(view.stall.at, stalled.get(r, 0.0)) for r in view.stall.ranks})
+        ranks = (lines or LastLines(task)).read(time.time(), row.created_at or time.time(),
+                                                stalled)
+    return TaskState(row, data, error, stalls, ranks)
 
 
 def error_view(task: Task, outcome: dict[str, Any] | None) -> ErrorView | None:

@@ -94,20 +94,54 @@ def node_failures(workers: WorkerGroup, node: int, offset: float, kernel: Kernel
     return sorted(reports, key=FailureReport.root_cause_key)
 
 
+def root_cause(reports: list[FailureReport]) -> tuple[FailureReport, list[FailureReport]]:
+    """(the root cause, the reports it stands for) of a non-empty list: the earliest report;
+    but when the runtime cap is among them, the task timed out, and the cap's report tells
+    what had gone wrong before it (a stalled or stopped rank: nothing else outlives the
+    generation it broke) and names that rank."""
+    ordered = sorted(reports, key=FailureReport.root_cause_key)
+    first = ordered[0]
+    cap = next((r for r in ordered if r.status == TaskStatus.TIMED_OUT.value), None)
+    if cap is None or not _alive_but_silent(first):
+        return first, [first]
+    rest = first.message.split("\n", 1)[1:]  # its stack, where it has one
+    told = replace(cap, message="\n".join([f"{cap.message}; before it, {first.summary()}",
+                                           *rest]),
+                   node=first.node, rank=first.rank, observed_at=first.observed_at,
+                   others=first.others + cap.others)
+    return told, [first, cap]
+
+
+def _alive_but_silent(report: FailureReport) -> bool:
+    """Whether ``report`` is of a rank that was alive when its generation ended (stalled, or
+    stopped by SIGSTOP): it ended nothing by itself, the cap or its peers did."""
+    return (report.status == TaskStatus.FAILED.value and report.rank is not None
+            and not report.lost and report.exit_code is None and not report.has_error_payload
+            and report.signal_name in (None, "SIGSTOP"))
+
+
 def first_with_others(reports: list[FailureReport]) -> FailureReport | None:
-    """The earliest report, carrying the later ones as its ``others``."""
+    """The root cause (``root_cause``), carrying the other reports as its ``others``."""
     if not reports:
         return None
-    ordered = sorted(reports, key=FailureReport.root_cause_key)
-    first, later = ordered[0], ordered[1:]
-    return replace(first, others=tuple((r.summary(), r.observed_at) for r in later))
+    root, merged = root_cause(reports)
+    later = [r for r in sorted(reports, key=FailureReport.root_cause_key)
+             if not any(r is m for m in merged)]
+    return replace(root, others=root.others + tuple((r.summary(), r.observed_at)
+                                                    for r in later))
 
 
 def consequences(root: FailureReport, reports: list[FailureReport]) -> list[str]:
-    """Every failure but the root cause, in time order, each with its delay after it."""
+    """Every failure but the root cause, in time order, each with its delay after it: not
+    the root cause's rank again (several nodes may report one stall), nor, when the task
+    timed out, the other nodes' runtime caps."""
     seen: list[tuple[str, float]] = []
     for report in reports:
-        if report != root:
+        same_rank = report.rank is not None and (report.node, report.rank) == (root.node,
+                                                                              root.rank)
+        other_cap = (root.status == report.status == TaskStatus.TIMED_OUT.value
+                     and report.rank is None)
+        if report != root and not same_rank and not other_cap:
             seen.append((report.summary(), report.observed_at))
         seen.extend(report.others)
     seen.sort(key=lambda item: item[1])

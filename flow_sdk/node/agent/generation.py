@@ -14,6 +14,7 @@ from flow_sdk import procs
 from flow_sdk.node import headjob
 from flow_sdk.node.collectives import collective_env
 from flow_sdk.node.agent import clock
+from flow_sdk.node.agent.activity import STARTING
 from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.failures import (
     Keepalive,
@@ -23,7 +24,7 @@ from flow_sdk.node.agent.failures import (
 )
 from flow_sdk.node.agent.recovery import conclude
 from flow_sdk.node.agent.timers import Deadline
-from flow_sdk.node.agent.watch import Watch
+from flow_sdk.node.agent.watch import Watch, Watched
 from flow_sdk.node.agent import spawn
 from flow_sdk.node.agent.workers import Spawn, WorkerGroup
 from flow_sdk.errors import FlowError, SignatureError
@@ -89,15 +90,20 @@ class Generation:
         offset = store.clock_offset()
         workers = self._start_workers(m, volume_env)
         watch = Watch(self.node, m, store, workers, cap, self.spec, offset)
+        watched: Watched = NodePhase.FAILED  # what the finally sees when the watch raised
         try:
             watched = watch.run()
         finally:
             silent = stopped_workers(workers, m.node_rank, watch.stall.progress)
+            if not isinstance(watched, NodePhase):  # a failure: a stall may stand behind it
+                silent += watch.stall.stood_apart({r.rank for r in silent if r.rank is not None})
             workers.stop(keepalive=Keepalive(store).beat)  # the decider counts on its beats
             watch.mark_first_line()
         ended = watched if isinstance(watched, NodePhase) else conclude(
             self.node, self.number, self.spec, m, store,
             self._report(watched.report, workers, m, offset, silent))
+        if ended is NodePhase.FAILED and self.node.records.ended_cancelled():
+            ended = NodePhase.CANCELLED
         store.close()
         self.node.records.write_node(m, ended, self.spec.slots_per_node)
         return ended
@@ -113,7 +119,7 @@ class Generation:
                 self.node.records.put_error(
                     report.rank, workers.error_path(report.rank).read_bytes())
         others = [seen] if seen is not None and not any(
-            (r.node, r.rank) == (seen.node, seen.rank) for r in own) else []
+            (r.node, r.rank) == (seen.node, seen.rank) for r in own + silent) else []
         return first_with_others(own + silent + others)
 
     def _rendezvous(self) -> tuple[Membership, NodeStore] | None:
@@ -186,5 +192,5 @@ class Generation:
                               code_digest=self.record.code_digest,
                               generation=self.number, spawn=self._spawn(envs))
         workers.start()
-        node.records.write_node(m, NodePhase.RUNNING, spec.slots_per_node)
+        node.records.write_node(m, NodePhase.RUNNING, spec.slots_per_node, STARTING)
         return workers

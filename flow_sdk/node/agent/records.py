@@ -49,9 +49,12 @@ class NodeRecords:
 
     # -- this node and the task's end ---------------------------------------------------------
 
-    def write_node(self, m: Membership, phase: NodePhase, workers: int = 0) -> None:
+    def write_node(self, m: Membership, phase: NodePhase, workers: int = 0,
+                   activity: str = "") -> None:
+        """This node's record: its phase, its workers and what they are doing (one of
+        ``wire.records.WORKER_ACTIVITIES``, "" when none or unknown)."""
         record = NodeRecord(m.node_rank, self.instance_id, self.address, phase, time.time(),
-                            workers)
+                            workers, activity)
         self.store.put_record(wire.node_key(self.task_id, m.node_rank), record)
 
     def write_outcome(self, outcome: Outcome) -> bool:
@@ -70,6 +73,12 @@ class NodeRecords:
 
     def cancelled(self) -> bool:
         return self.checked(wire.cancel_key(self.task_id)) is not None
+
+    def ended_cancelled(self) -> bool:
+        """Whether the task's outcome is CANCELLED (a cancel ends it whatever a node saw
+        after: a SIGTERM, its leader's store gone)."""
+        outcome = lifecycle.ended(self.store, self.task_id)
+        return outcome is not None and outcome.status == TaskStatus.CANCELLED.value
 
     def put_result(self, rank: int, data: bytes) -> None:
         self.store.put_blob(wire.result_key(self.task_id, rank), data)

@@ -13,7 +13,7 @@ import time
 
 from flow_sdk import wire
 from flow_sdk.node.agent.context import NodeContext
-from flow_sdk.node.agent.failures import consequences
+from flow_sdk.node.agent.failures import consequences, root_cause
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import GangMember, NodePhase, Outcome, TaskStatus
@@ -156,12 +156,12 @@ def _reports(store: NodeStore, report: FailureReport | None) -> list[FailureRepo
 
 
 def _root_cause(m: Membership, reports: list[FailureReport]) -> FailureReport:
-    """The earliest failure, by when it happened on the leader's clock."""
+    """The earliest failure, by when it happened on the leader's clock (``root_cause``)."""
     if not reports:
         return FailureReport(node=m.node_rank, status=TaskStatus.FAILED.value,
                              observed_at=time.time(), label="sdk",
                              message="a node reported a failure but no report survived")
-    return min(reports, key=FailureReport.root_cause_key)
+    return root_cause(reports)[0]
 
 
 def _restart(node: NodeContext, gen: int, spec: TaskSpec, m: Membership,

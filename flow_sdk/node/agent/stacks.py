@@ -3,7 +3,9 @@
 Each worker registered a ``faulthandler`` dump of every thread on ``STACKS_SIGNAL`` into its
 stacks file at start-up; the agent empties the file, sends the signal and reads what the worker
 wrote. A worker that cannot answer (stopped by SIGSTOP, gone) is named with why. Where py-spy
-is installed, its native frames are added.
+is installed, its native frames are added. The frames are kept as data too, each in the
+caller's file (the worker noted where its call's code came from beside its stacks file) with
+this node's source line, for ``flow_sdk.tracebacks`` to render as it renders a traceback.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from flow_sdk import procs
+from flow_sdk import procs, tracebacks
 from flow_sdk.errors import FlowError
-from flow_sdk.node.agent.worker import STACKS_SIGNAL
+from flow_sdk.node.agent.worker import ORIGINS_SUFFIX, STACKS_SIGNAL
 from flow_sdk.node.agent.workers import WorkerGroup
 from flow_sdk.wire.signing import SignedStore
 from flow_sdk.wire.stacks import (
@@ -26,6 +28,7 @@ from flow_sdk.wire.stacks import (
     stack_dump_key,
     stacks_prefix,
     stacks_request_key,
+    threads,
 )
 
 DUMP_WAIT_S = 3.0  # how long a worker may take to write its dump
@@ -59,6 +62,28 @@ def _py_spy(pid: int) -> str:
     return "\n-- py-spy (native frames) --\n" + (done.stdout or done.stderr)
 
 
+def _origins(stacks_path: str) -> tuple[tracebacks.Origins, str]:
+    """The worker's code origins (empty before it noted them), and what went wrong reading
+    them ("" when nothing did)."""
+    try:
+        with open(stacks_path + ORIGINS_SUFFIX, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return {}, ""
+    except OSError as exc:
+        return {}, f" (its code origins are unreadable: {exc})"
+    found = tracebacks.origins_from_json(text)
+    return (found, "") if found is not None else ({}, " (its code origins are malformed)")
+
+
+def _frames_of(text: str, stacks_path: str) -> tuple[list[list[tracebacks.Frame]], str]:
+    """faulthandler's ``text`` as threads of frames (see ``StackDump.threads``), and a note
+    on the origins when they could not be read."""
+    origins, note = _origins(stacks_path)
+    return [tracebacks.frames([(file, line, function, None) for file, line, function in
+                               reversed(thread)], origins) for thread in threads(text)], note
+
+
 def take(workers: WorkerGroup, node: int) -> list[StackDump]:
     """Every live worker's stacks, taken together (signalled at once, then read)."""
     live = [w for w in workers.workers if w.proc.poll() is None]
@@ -81,10 +106,13 @@ def take(workers: WorkerGroup, node: int) -> list[StackDump]:
         text = _wait_written(path, deadline) if path else ""
         if path and not text:
             how = f"no stack: the worker did not answer within {DUMP_WAIT_S:g}s"
-        if text:
+        found: list[list[tracebacks.Frame]] = []
+        native = ""
+        if text and path:
+            found, note = _frames_of(text, path)
             native = _py_spy(w.proc.pid)
-            text, how = (text + native, how + "+py-spy") if native else (text, how)
-        dumps.append(StackDump(w.rank, node, text, time.time(), how))
+            how += ("+py-spy" if native else "") + note
+        dumps.append(StackDump(w.rank, node, text, time.time(), how, found, native))
     return dumps
 
 

@@ -6,6 +6,12 @@ in the gang's store; the leader judges. On a stall it asks every node for its wo
 (a stacks request in the task's store), names the ranks whose stacks stand apart from the rest
 (``wire.stacks.odd_ranks``), writes a ``StallRecord``, shows an event in the task's output and,
 with ``on_stall="fail"``, fails the generation with the stall as its cause.
+
+"auto" stays at most half of ``collective_timeout``: a rank that stops while its peers wait in a
+collective is named before their collectives time out. When the generation ends later (those
+timeouts, the runtime cap), each node reports its ranks that a stall found standing apart and
+that made no progress since as failures timed at their last progress: the root cause, with the
+timed-out ranks as its consequences.
 """
 
 from __future__ import annotations
@@ -15,31 +21,35 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from flow_sdk.errors import FlowError
+from flow_sdk.errors import FlowError, RecordError, SignatureError
 from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.stacks import StacksAnswer
 from flow_sdk.node.agent.workers import WorkerGroup
 from flow_sdk.rendezvous import Membership
 from flow_sdk.rendezvous.store import FailureReport, NodeStore
 from flow_sdk.spec import TaskSpec
+from flow_sdk.tracebacks import innermost, render_stacks
 from flow_sdk.wire import TaskStatus
 from flow_sdk.wire.stacks import (
     StackDump,
     StacksRequest,
     StallRecord,
-    innermost,
     odd_ranks,
-    render,
     stack_dump_key,
     stacks_request_key,
     stall_key,
+    stalls_prefix,
 )
 
 CHECK_S = 1.0  # how often progress is published and judged
-AUTO_FLOOR_S = 600.0  # "auto": at least 10 minutes ...
-AUTO_STEPS = 5  # ... or 5 median step intervals
+AUTO_FLOOR_S = 120.0  # "auto": at least 2 minutes ...
+AUTO_STEPS = 5  # ... or 5 median step intervals ...
+AUTO_SHARE = 0.5  # ... but at most this share of the collective timeout
 STACKS_WAIT_S = 15.0  # how long the leader waits for every rank's stacks
-STARTUP_GRACE_S = 60.0  # a rank with no progress yet (imports, init) gets at least this long
+# A rank with no progress yet (imports, init) gets at least this long, but no more than
+# "auto" would give it: its peers wait for it in ``init_process_group``.
+STARTUP_GRACE_S = 60.0
+SAME_PROGRESS_S = 1e-3  # progress times this close are the same (they cross the store as JSON)
 
 
 def _read_step(path: str) -> tuple[int, float] | None:
@@ -93,9 +103,18 @@ class RankProgress:
 class _Pending:
     number: int
     ranks: list[int]
+    since: dict[int, float]  # rank -> its last progress (leader's clock)
     idle_s: float
     timeout_s: float
     asked_at: float
+
+
+def auto_timeout(collective_timeout_s: float, intervals: list[float]) -> float:
+    """"auto": the larger of ``AUTO_FLOOR_S`` and ``AUTO_STEPS`` median step intervals, at most
+    ``AUTO_SHARE`` of the collective timeout."""
+    wanted = max([AUTO_FLOOR_S] + ([AUTO_STEPS * statistics.median(intervals)]
+                                   if intervals else []))
+    return min(wanted, AUTO_SHARE * collective_timeout_s)
 
 
 class StallWatch:
@@ -125,9 +144,7 @@ class StallWatch:
     def _timeout(self, intervals: list[float]) -> float:
         if isinstance(self.spec.stall_timeout, float):
             return self.spec.stall_timeout
-        if not intervals:
-            return AUTO_FLOOR_S
-        return max(AUTO_FLOOR_S, AUTO_STEPS * statistics.median(intervals))
+        return auto_timeout(self.spec.collective_timeout, intervals)
 
     def _judge(self) -> None:
         ranks: dict[int, float] = {}
@@ -141,16 +158,17 @@ class StallWatch:
                 if interval is not None:
                     intervals.append(interval)
         timeout, leader_now = self._timeout(intervals), time.time()
+        grace = max(timeout, min(STARTUP_GRACE_S, AUTO_SHARE * self.spec.collective_timeout))
         stalled = sorted(r for r, at in ranks.items() if self.reported.get(r) != at and
-                         leader_now - at > (max(timeout, STARTUP_GRACE_S) if r in starting
-                                            else timeout))
+                         leader_now - at > (grace if r in starting else timeout))
         if not stalled:
             return
         idle = leader_now - min(ranks[r] for r in stalled)
         number = self._request(f"rank(s) {', '.join(map(str, stalled))} made no progress for "
                                f"{idle:.0f}s")
         self.reported.update({r: ranks[r] for r in stalled})
-        self.pending = _Pending(number, stalled, idle, timeout, time.monotonic())
+        self.pending = _Pending(number, stalled, {r: ranks[r] for r in stalled}, idle, timeout,
+                                time.monotonic())
 
     def _request(self, reason: str) -> int:
         store, task_id = self.node.records.store, self.node.task_id
@@ -184,7 +202,8 @@ class StallWatch:
         message = stall_message(pending.ranks, pending.idle_s, pending.timeout_s, odd, dumps)
         action = self.spec.on_stall
         record = StallRecord(pending.number, pending.ranks, odd, pending.idle_s,
-                             pending.timeout_s, pending.number, action, message, time.time())
+                             pending.timeout_s, pending.number, action, message, time.time(),
+                             {"since": {str(r): at for r, at in pending.since.items()}})
         try:
             self.node.records.store.put_record(stall_key(self.node.task_id, pending.number),
                                                record)
@@ -197,8 +216,59 @@ class StallWatch:
         shown = [d for d in dumps if d.rank in named]
         slots = self.spec.slots_per_node
         return FailureReport(node=named[0] // slots, status=TaskStatus.FAILED.value,
-                             message=message + "\n" + render(shown), observed_at=time.time(),
+                             message=message + "\n" + render_stacks(shown),
+                             observed_at=pending.since.get(named[0], time.time()),
                              rank=named[0], label="user")
+
+    def stood_apart(self, skip: set[int]) -> list[FailureReport]:
+        """This node's live ranks (but ``skip``) that a recorded stall found standing apart and
+        that made no progress since, each as a failure timed at its last progress: what it
+        caused (its peers' collective timeouts, the runtime cap) comes after it. Asked when the
+        generation ends, before the workers are stopped."""
+        if self.spec.stall_timeout == "off":
+            return []
+        live = {w.rank for w in self.progress.workers.workers if w.proc.poll() is None} - skip
+        if not live:
+            return []
+        last = self.progress.last_progress()
+        found: dict[int, FailureReport] = {}
+        try:
+            for record in self._recorded():
+                since = record.extra.get("since")
+                for rank in record.odd_ranks:
+                    at = since.get(str(rank)) if isinstance(since, dict) else None
+                    if (rank in live and rank not in found and isinstance(at, (int, float))
+                            and not isinstance(at, bool) and last[rank] <= at + SAME_PROGRESS_S):
+                        found[rank] = self._stood_apart(record, rank, last[rank])
+        except (FlowError, OSError) as exc:
+            self.node.log(f"could not read the task's stalls: {exc}")
+        return [found[rank] for rank in sorted(found)]
+
+    def _recorded(self) -> list[StallRecord]:
+        """The stalls in the task's store, oldest first; anything else there is left out."""
+        store, found = self.node.records.store, []
+        for key in store.list(stalls_prefix(self.node.task_id)):
+            try:
+                raw = store.get_record(key)
+                if raw is not None:
+                    found.append(StallRecord.from_json(raw))
+            except (SignatureError, RecordError) as exc:
+                self.node.log(f"left out {key}: {exc}")
+        return sorted(found, key=lambda s: s.number)
+
+    def _stood_apart(self, record: StallRecord, rank: int, since: float) -> FailureReport:
+        """Rank ``rank`` of this node as the root cause: a stall, since when, its stack."""
+        raw = self.node.records.store.get_record(
+            stack_dump_key(self.node.task_id, record.stacks_request, rank))
+        idle = time.time() + self.progress.offset - since
+        message = (f"stall: rank {rank} made no progress since "
+                   f"{time.strftime('%H:%M:%S', time.gmtime(since))} UTC ({idle:.0f}s) and "
+                   f"stood apart from the other ranks; stall check {record.number}: "
+                   f"{record.message.removeprefix('stall: ')}")
+        if raw is not None:
+            message += "\n" + render_stacks([StackDump.from_json(raw)])
+        return FailureReport(node=self.m.node_rank, status=TaskStatus.FAILED.value,
+                             message=message, observed_at=since, rank=rank, label="user")
 
 
 def stall_message(ranks: list[int], idle_s: float, timeout_s: float, odd: list[int],

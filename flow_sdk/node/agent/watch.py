@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from flow_sdk.node.agent.activity import WorkerActivity
 from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.timers import Deadline, Every
 from flow_sdk.node.agent.failures import worker_failure
@@ -38,8 +39,8 @@ class Failure:
     report: FailureReport | None = None
 
 
-# How a watch ends: DONE (every worker succeeded), FAILED (cancelled or stopped: nothing to
-# decide), or a Failure to decide on.
+# How a watch ends: DONE (every worker succeeded), CANCELLED (the caller cancelled the task),
+# FAILED (stopped: nothing to decide), or a Failure to decide on.
 Watched = NodePhase | Failure
 
 
@@ -85,6 +86,7 @@ class Watch:
         self.store_check = Every(WATCH_S)
         self.notice_check: Every | None = Every(INTERRUPTION_CHECK_S)  # None: cannot ask
         self.cancel_check = Every(CANCEL_CHECK_S)
+        self.activity = WorkerActivity(node, m, workers)
 
     def run(self) -> Watched:
         try:
@@ -107,6 +109,7 @@ class Watch:
         if ended is not None:
             return ended
         now = time.monotonic()
+        self.activity.check(now)
         for check in (self._check_store, self._check_notice, self._check_cancel,
                       self._check_stacks):
             ended = check(now)
@@ -195,7 +198,7 @@ class Watch:
     def _check_cancel(self, now: float) -> Watched | None:
         if self.cancel_check.due(now) and self.node.records.cancelled():
             self.node.log("task cancelled: stopping workers")
-            return NodePhase.FAILED
+            return NodePhase.CANCELLED
         return None
 
     def _upload_results(self) -> None:

@@ -26,6 +26,8 @@ from flow_sdk.payload import Call, CodeOrigins
 _PR_SET_PDEATHSIG = 1
 STACKS_SIGNAL = signal.SIGRTMIN + 4  # a worker dumps its stacks on it (faulthandler)
 STACKS_PATH_ENV = "FLOW_STACKS_PATH"
+ORIGINS_SUFFIX = ".origins.json"  # beside the stacks file: the files of the call's code
+STAGE_PATH_ENV = "FLOW_STAGE_PATH"  # where the worker writes the stage it reached
 _stacks_file: IO[str] | None = None
 CALL_CODE_FILE = "payload-code"  # in the node's working directory, beside "payload"
 CODE_PATH_ENV = "FLOW_CALL_CODE_PATH"  # the call's code, when stored apart from its arguments
@@ -91,6 +93,13 @@ def _error_blob(exc: BaseException, origins: CodeOrigins) -> bytes:
         return payload.dumps(info)
 
 
+def _stage(name: str) -> None:
+    """Tell the agent which stage this worker reached (``wire.records.WORKER_ACTIVITIES``)."""
+    path = os.environ.get(STAGE_PATH_ENV)
+    if path:
+        _write(Path(path), name.encode())
+
+
 def _run(call: Call) -> Any:
     """The call; in a ``run_on="head"`` task (the agent gave this worker the head job's link
     key) through the head job: rank 0 runs it with its pool open, the others serve the pool."""
@@ -110,6 +119,14 @@ def _diagnosable() -> None:
     collectives.install_default_timeout()
 
 
+def _note_origins(origins: CodeOrigins) -> None:
+    """Beside the stacks file: where the call's code came from, so the agent names the
+    caller's files in this worker's stacks (``tracebacks.caller_file``)."""
+    stacks = os.environ.get(STACKS_PATH_ENV)
+    if stacks:
+        _write(Path(stacks + ORIGINS_SUFFIX), tracebacks.origins_json(origins).encode())
+
+
 def main() -> int:
     _die_with_agent()
     _diagnosable()
@@ -127,8 +144,11 @@ def main() -> int:
     limit = int(os.environ.get("FLOW_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES))
     origins: CodeOrigins = {}
     try:
+        _stage("importing your code")  # unpickling the call imports the modules it uses
         call = payload.unpack_parts(code, blob) if code_path else payload.unpack_call(blob)
         origins = call.origins
+        _note_origins(origins)
+        _stage("running your code")
         result = _run(call)
         data = payload.dumps(result)
         if len(data) > limit:

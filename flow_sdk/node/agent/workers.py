@@ -18,6 +18,7 @@ from flow_sdk.node.agent.worker import (
     CODE_DIGEST_ENV,
     CODE_PATH_ENV,
     STACKS_PATH_ENV,
+    STAGE_PATH_ENV,
 )
 from flow_sdk.node.current import PROGRESS_PATH_ENV
 from flow_sdk.providers.base import LogRecord, LogStore
@@ -127,6 +128,9 @@ class WorkerGroup:
     def stacks_path(self, rank: int) -> Path:
         return self._results / f"stacks-{rank}"  # the worker's faulthandler writes it
 
+    def stage_path(self, rank: int) -> Path:
+        return self._results / f"stage-{rank}"  # the worker writes the stage it reached
+
     def start(self) -> None:
         for local_rank, extra in enumerate(self._envs):
             # the agent's own count, not the env's: in distributed_mode="manual" the user's
@@ -140,7 +144,8 @@ class WorkerGroup:
                         "FLOW_RESULT_PATH": str(self.result_path(rank)),
                         "FLOW_ERROR_PATH": str(self.error_path(rank)),
                         PROGRESS_PATH_ENV: str(self.progress_path(rank)),
-                        STACKS_PATH_ENV: str(self.stacks_path(rank))})
+                        STACKS_PATH_ENV: str(self.stacks_path(rank)),
+                        STAGE_PATH_ENV: str(self.stage_path(rank))})
             if self._code_digest:
                 env.update({CODE_PATH_ENV: str(self.workdir / CALL_CODE_FILE),
                             CODE_DIGEST_ENV: self._code_digest})

@@ -128,11 +128,17 @@ def _busy_error(machine: Sequence[LocalGpu], count: int, model: str, nodes: int,
                          f"{describe_holders(busy)}", busy)
 
 
-def machine_problem(count: int, model: str, nodes: int) -> str | None:
-    """Why this machine can never serve the request; None if it can, or if it has no GPU at
-    all (then each requested GPU is one CPU worker, so GPU code can be tried on a laptop)."""
+def machine_problem(count: int, model: str, nodes: int, unsold: str | None) -> str | None:
+    """Why this machine can never serve the request; None if it can. ``unsold`` says why no
+    machine sold anywhere holds ``count`` GPUs of ``model`` (the catalog's judgement): it
+    stands unless this very machine has them. A machine with no GPU at all serves every other
+    request: each requested GPU is one CPU worker, so GPU code can be tried on a laptop in the
+    shape a cloud would run it."""
     machine = detect_gpus()
-    return shortage(machine, count, model, nodes) if machine else None
+    if not machine:
+        return unsold
+    short = shortage(machine, count, model, nodes)
+    return None if short is None else unsold or short
 
 
 def allocate(machine: Sequence[LocalGpu], count: int, model: str, nodes: int,

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from flow_sdk import procs, wire
 from flow_sdk._config import flow_home
+from flow_sdk.catalog import CatalogError, gpu_count_problem
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.providers.base import (
     GcReport,
@@ -100,13 +101,17 @@ class LocalProvider(Provider):
         return self._volumes
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
-        problems = []
-        if spec.gpu is not None:
-            problem = _gpus.machine_problem(spec.gpu.count, spec.gpu.model,
-                                                  spec.num_instances)
-            if problem is not None:
-                problems.append(FieldProblem("gpu", problem))
-        return problems
+        """A GPU request this machine cannot serve, or that no machine sold has (the same
+        words as every provider that uses the catalog, even where GPUs become CPU workers)."""
+        if spec.gpu is None:
+            return []
+        try:
+            unsold = gpu_count_problem(spec.gpu)
+        except CatalogError as exc:
+            return [FieldProblem(exc.field, str(exc))]
+        problem = _gpus.machine_problem(spec.gpu.count, spec.gpu.model, spec.num_instances,
+                                        unsold)
+        return [] if problem is None else [FieldProblem("gpu", problem)]
 
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         """Processes on this machine cost nothing."""

@@ -1,5 +1,6 @@
 """The timeline drawn as SVG on the server: a bar per phase per node, from the previous phase
-to it, on one time axis; record text escaped; a task with no node yet gets a note."""
+to it, on one time axis; while the task runs the axis reaches now and each stall is marked;
+record text escaped; a task with no node yet gets a note."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 from flow_sdk.client.dashboard.svg import legend, phase_colour, render_svg
 from flow_sdk.client.timeline import Timeline
+from flow_sdk.wire.stacks import StallRecord
 from flow_sdk.wire.timeline import NodeTimeline
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -42,3 +44,21 @@ def test_one_bar_per_phase_per_node_on_one_axis() -> None:
 def test_legend_and_an_empty_timeline() -> None:
     assert legend(_timeline()).count('class="legend"') == 4
     assert "no node has reported" in render_svg(Timeline("t", 1.0, []))
+
+
+def test_while_it_runs_the_axis_reaches_now_and_each_stall_is_marked() -> None:
+    stall = StallRecord(1, [1], [1], 31.0, 30.0, 1, "warn", "stall: rank 1 <idle>", 150.0)
+    root = ET.fromstring(render_svg(_timeline(), now=322.0, stalls=(stall,)))
+    ticks = [t.text for t in root.findall(f"{SVG}text[@class='tick']")]
+    assert ticks[-1] == "3m 42s", ticks  # the axis runs to now, not to the last phase (4 s)
+    marks = {m.get("class"): m for m in root.findall(f"{SVG}line")
+             if (m.get("class") or "").startswith("mark")}
+    assert set(marks) == {"mark now", "mark stall"}
+    assert float(marks["mark now"].get("x1") or 0) == 850.0
+    assert abs(float(marks["mark stall"].get("x1") or 0) - (90 + 760 * 50 / 222)) < 0.1
+    titles = {k: m.find(f"{SVG}title").text for k, m in marks.items()}  # type: ignore[union-attr]
+    assert titles["mark now"] == ("now, 3m 42s after the request; the last phase was 3m 38s "
+                                  "before")
+    assert titles["mark stall"] == "50s: stall: rank 1 <idle> (warn)"  # escaped in the markup
+    # an ended task: no marks of now
+    assert "mark now" not in render_svg(_timeline(), stalls=(stall,))

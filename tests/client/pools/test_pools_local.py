@@ -90,6 +90,10 @@ def test_tasks_run_warm_store_their_code_once_and_leave_nothing_behind(
         stored = set(pool.provider.store.list(payloads))
         second = warm.spawn(2.0)
         assert [r["sum"] for r in second.results(timeout=120)] == [14.0] * 4
+        # ids: the pool's, the function's name and the task's place in the pool's order
+        assert [first.task_id, second.task_id] == [f"{pool.pool_id}.allreduce-0",
+                                                   f"{pool.pool_id}.allreduce-1"]
+        assert len(second.task_id) <= 40
         added = set(pool.provider.store.list(payloads)) - stored
         record = second.record()
         # only the new arguments were stored: the code is the first task's, by digest
@@ -149,6 +153,14 @@ def test_a_task_that_does_not_fit_names_the_mismatch_and_launches_nothing() -> N
             big.spawn(0.0)
         assert sorted(info.value.fields) == ["num_instances", "spares"]
         assert "pool 'small' has 1" in str(info.value)
+        mounts = app.function(pool="small", volumes={"/shared/ckpt": "ckpt"},
+                              quiet=True)(_allreduce)
+        with pytest.raises(PoolMismatchError) as info:
+            mounts.spawn(0.0)
+        [problem] = info.value.problems
+        assert problem.field == "volumes"
+        assert ("make the pool again with them, `flow pool down small` then `flow pool up "
+                "small -N 1 --idle-stop 10m --volume /shared/ckpt=ckpt`") in problem.message
         assert pool.provider.store.list(f"tasks/{pool.pool_id}/sequence/") == []
     finally:
         pool.down()

@@ -158,22 +158,29 @@ def test_a_rank_frozen_in_an_all_reduce_fails_the_task_within_the_bound() -> Non
     assert raised.value.consequences, "the peers' timeouts are its consequences"
 
 
-def _sleeps_then_returns() -> int:
+def _sleeps_until(flag: str) -> int:
+    import os
     import time
 
     print("up", flush=True)
-    time.sleep(6)
+    while not os.path.exists(flag):
+        time.sleep(0.1)
     return 7
 
 
-def test_flow_stacks_and_flow_timeline_of_a_local_task() -> None:
-    task = app.function(num_instances=2, quiet=True)(_sleeps_then_returns).spawn()
-    wait_until(lambda: sum(ln.endswith("up") for ln in task.logs()) == 2, 90, "both ranks up")
-    shown = subprocess.run(["flow", "stacks", task.task_id], capture_output=True, text=True,
-                           timeout=60)
+def test_flow_stacks_and_flow_timeline_of_a_local_task(tmp_path: Path) -> None:
+    flag = tmp_path / "go"  # the task runs until the stacks were shown, however slow
+    task = app.function(num_instances=2, quiet=True)(_sleeps_until).spawn(str(flag))
+    try:
+        wait_until(lambda: sum(ln.endswith("up") for ln in task.logs()) == 2, 90,
+                   "both ranks up")
+        shown = subprocess.run(["flow", "stacks", task.task_id], capture_output=True,
+                               text=True, timeout=60)
+    finally:
+        flag.touch()
     assert shown.returncode == 0, shown.stderr
     assert "== rank 0" in shown.stdout and "== rank 1" in shown.stdout
-    assert "_sleeps_then_returns" in shown.stdout
+    assert "in _sleeps_until" in shown.stdout and "has ended" not in shown.stdout
     assert task.result(timeout=120) == 7
     drawn = subprocess.run(["flow", "timeline", task.task_id], capture_output=True, text=True,
                            timeout=60)

@@ -64,7 +64,7 @@ function logView(log) {
 
   function connect() {
     if (source) source.close();
-    log.replaceChildren();
+    log.replaceChildren();  // "waiting for lines" (data-empty) shows until lines come
     pending = [];
     const query = new URLSearchParams();
     if (node.value !== "") query.set("node", node.value);
@@ -74,7 +74,11 @@ function logView(log) {
       for (const entry of JSON.parse(event.data)) pending.push(entry);
       if (!scheduled) { scheduled = true; requestAnimationFrame(render); }
     });
-    source.addEventListener("end", () => { source.close(); log.dataset.ended = "1"; });
+    source.addEventListener("end", () => {
+      source.close();
+      log.dataset.ended = "1";
+      log.dataset.empty = "no lines";  // shown while the view holds none
+    });
   }
 
   node.addEventListener("change", connect);

@@ -1,0 +1,80 @@
+"""`scripts/setup.sh` says what it does: one numbered line per step (a dry run prints the same
+steps and the commands it would run, installing nothing), and a warning, never a refusal, when
+the Python it installs into is not a virtual environment's (except on CI)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "setup.sh"
+STEP = re.compile(r"^\[(\d)/(\d)\] ")
+WARNING = "is not in a virtual environment"
+
+
+def _setup(python: Path, *args: str, ci: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHON"] = str(python)
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=60, env=env, stdin=subprocess.DEVNULL)
+
+
+def _base_python() -> Path:
+    """The interpreter of no virtual environment: this one's base."""
+    found = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    assert found.is_file(), found
+    return found
+
+
+def _steps(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if STEP.match(line)]
+
+
+def test_a_dry_run_prints_each_step_numbered_and_installs_nothing(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                   check=True, timeout=60)
+    python = tmp_path / "venv" / "bin" / "python"
+    done = _setup(python, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert WARNING not in done.stderr, done.stderr
+    steps = _steps(done.stdout)
+    assert [s[:5] for s in steps] == ["[1/3]", "[2/3]", "[3/3]"], done.stdout
+    # no torch in the fresh environment: the CPU pin is the first step, pip the command
+    assert steps[0].startswith("[1/3] torch CPU build (torch=="), steps
+    assert f"would run: {python} -m pip install torch==" in done.stdout
+    assert steps[1] == ("[2/3] flow-sdk from this checkout, with the 'all' extra "
+                        "(pip install -e '.[all]') ...")
+    assert f"would run: {python} -m pip install -e .[all]" in done.stdout
+    assert steps[2].startswith("[3/3] the newest release of each direct dependency of 'all'")
+    assert done.stdout.splitlines()[-1] == "set-up: dry run, nothing installed"
+    # nothing was installed into it
+    assert not list((tmp_path / "venv").glob("lib/python*/site-packages/*flow*"))
+
+
+def test_outside_a_virtual_environment_it_warns_and_goes_on_but_not_on_ci() -> None:
+    python = _base_python()
+    done = _setup(python, "--dev", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert f"setup.sh: warning: {python} {WARNING}" in done.stderr, done.stderr
+    assert "python3 -m venv .venv && . .venv/bin/activate" in done.stderr
+    steps = _steps(done.stdout)
+    assert [s[:5] for s in steps] == [f"[{i}/5]" for i in range(1, 6)], done.stdout
+    assert steps[0].startswith("[1/5] OpenSSH server") and steps[1].startswith("[2/5] Chromium")
+    assert "with the 'dev' extra" in steps[3]
+
+    on_ci = _setup(python, "--dev", "--dry-run", ci=True)
+    assert on_ci.returncode == 0 and WARNING not in on_ci.stderr, on_ci.stderr
+    assert _steps(on_ci.stdout) == steps
+
+
+def test_an_unknown_option_is_refused_naming_the_ones_it_takes() -> None:
+    done = _setup(Path(sys.executable), "--nodes")
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.strip() == ("setup.sh: unknown option --nodes; use --dev, --dry-run "
+                                   "or neither")

@@ -25,6 +25,7 @@ EXIT_USAGE = 2
 EXIT_STOPPED = 3
 EXIT_SIGNAL_BASE = 128
 EXIT_INTERRUPTED = EXIT_SIGNAL_BASE + 2  # SIGINT (Ctrl-C)
+EXIT_BROKEN_PIPE = EXIT_SIGNAL_BASE + 13  # SIGPIPE: the reader of the output went away
 EXIT_SSH = 255
 
 EXIT_CODES_HELP = """\b
@@ -37,7 +38,8 @@ Exit codes (every command):
   3      the task was CANCELLED or TIMED_OUT, or you declined the launch
   N      `flow run` of a script that called sys.exit(N)
   128+S  stopped by signal S: 130 Ctrl-C, 129 SIGHUP, 143 SIGTERM; `flow run` cancels
-         the task it started (with --detach it leaves it running)
+         the task it started (with --detach it leaves it running); 141 when the
+         reader of its output went away (`| head`), silently
   255    `flow ssh` could not connect (otherwise the remote command's code)
 `flow status TASK` exits with the code of the task's state (0 while it runs).
 Add --debug before the command for the full traceback of an error."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, NoReturn
 
 import click
 
 import flow_sdk
 from flow_sdk.cli._exits import (
+    EXIT_BROKEN_PIPE,
     EXIT_CODES_HELP,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -39,6 +42,9 @@ class _FlowGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("\nflow: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:  # `flow logs -f | grep -m1 ...`: the reader went away
+            _drop_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
         except Exception as exc:  # the last line of defence: every error becomes one line
             if ctx.meta.get("flow.debug"):
                 raise
@@ -58,6 +64,13 @@ def _exit_one_line(exc: click.ClickException) -> NoReturn:
         exc.format_message().split())
     click.echo(f"flow: {line}", err=True)
     raise click.exceptions.Exit(exc.exit_code) from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit raises no second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _is_unexpected(exc: BaseException) -> bool:

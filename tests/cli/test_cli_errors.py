@@ -148,3 +148,17 @@ def test_json_parses_for_every_command_that_has_it(
     assert [v["name"] for v in flow("volumes", "list", "--json")] == ["ckpt"]  # type: ignore[union-attr]
     ran = flow("run", "--json", _script(tmp_path, "ok.py", "print('fine')\n"))
     assert ran["status"] == "SUCCEEDED" and ran["exit_code"] == 0  # type: ignore[index]
+
+
+def test_a_reader_that_goes_away_ends_the_command_silently(ended: tuple[str, Path]) -> None:
+    """`flow logs TASK | head -1`: once the reader is gone, flow stops with 141 (SIGPIPE in
+    the exit-code table) and says nothing, instead of a "network: Broken pipe" error."""
+    task_id, home = ended
+    wait_until(lambda: "hi" in subprocess.run(["flow", "logs", task_id], capture_output=True,
+                                              text=True, env=_env(home)).stdout, 60, "its line")
+    proc = subprocess.Popen(["flow", "logs", task_id], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(home), stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before flow writes its first line
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (141, b"")

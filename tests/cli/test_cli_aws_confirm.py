@@ -4,28 +4,13 @@ answering no launches nothing; --yes launches at once. The cloud is the simulate
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-_AWS_TESTS = Path(__file__).parents[1] / "providers" / "aws"
-sys.path.insert(0, str(_AWS_TESTS))  # aws_moto_world, which the aws fixtures import
-_spec = importlib.util.spec_from_file_location("aws_fixtures", _AWS_TESTS / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-aws_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(aws_fixtures)
-
-from aws_moto_world import AwsWorld  # noqa: E402
-from flow_testing import run_on_terminal  # noqa: E402
-
-# The aws tests' fixtures: a moto server with what moto lacks filled in, a fresh world per test.
-moto_url = aws_fixtures.moto_url
-_moto_gaps = aws_fixtures._moto_gaps
-aws = aws_fixtures.aws
+from aws_moto_world import AwsWorld
+from flow_testing import run_on_terminal
 
 pytestmark = pytest.mark.slow
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -5,33 +5,18 @@ on a machine without GPUs, one CPU worker per GPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
+from aws_moto_world import AwsWorld
 from click.testing import CliRunner
 
-_AWS_TESTS = Path(__file__).parents[1] / "providers" / "aws"
-sys.path.insert(0, str(_AWS_TESTS))  # aws_moto_world, which the aws fixtures import
-_spec = importlib.util.spec_from_file_location("aws_fixtures", _AWS_TESTS / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-aws_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(aws_fixtures)
-
-from aws_moto_world import AwsWorld  # noqa: E402
-
-from flow_sdk import FlowApp  # noqa: E402
-from flow_sdk.cli import main  # noqa: E402
-from flow_sdk.errors import ValidationError  # noqa: E402
-
-# The aws tests' fixtures: a moto server with what moto lacks filled in, a fresh world per test.
-moto_url = aws_fixtures.moto_url
-_moto_gaps = aws_fixtures._moto_gaps
-aws = aws_fixtures.aws
+from flow_sdk import FlowApp
+from flow_sdk.cli import main
+from flow_sdk.errors import ValidationError
 
 H100 = "NVIDIA H100 80GB HBM3"
 UNSOLD = {  # request -> the words every provider that uses the catalog refuses it with

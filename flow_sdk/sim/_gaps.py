@@ -2,7 +2,9 @@
 (``CreatePlacementGroup``, ``DescribePlacementGroups``, ``DeletePlacementGroup``), kept in
 this server process's memory, per account and region, and the instance profile of every
 instance of a launch (moto associates it with the first one only; each simulated instance's
-metadata service hands out its role's credentials). Installed once by ``install()`` in the
+metadata service hands out its role's credentials), and ``NoSuchEntity`` for removing a
+role an instance profile no longer holds (two teardowns at once: moto answers 500). Installed
+once by ``install()`` in the
 server process (``_serve``), never in a caller's; the tests' in-process moto takes ``ACTIONS``
 and ``profile_for_every_instance``."""
 
@@ -98,10 +100,32 @@ ACTIONS: dict[str, Callable[[Any], Any]] = {"create_placement_group": _create,
                                             "delete_placement_group": _delete}
 
 
+def role_already_removed(original: Callable[[Any, str, str], None]
+                         ) -> Callable[[Any, str, str], None]:
+    """moto's ``remove_role_from_instance_profile``, answering as IAM does (``NoSuchEntity``)
+    when the profile no longer holds the role, instead of a ``ValueError`` (a 500)."""
+    def remove_role_from_instance_profile(self: Any, profile_name: str, role_name: str
+                                          ) -> None:
+        from moto.iam.exceptions import NotFoundException
+
+        profile = self.get_instance_profile(profile_name)
+        if self.get_role(role_name) not in profile.roles:
+            raise NotFoundException(f"Role {role_name} is not in instance profile "
+                                    f"{profile_name}")
+        original(self, profile_name, role_name)
+
+    return remove_role_from_instance_profile
+
+
 def install() -> None:
     """Give moto's EC2 responder the placement-group actions, and an instance profile on
-    every instance of a launch (this process only)."""
+    every instance of a launch; answer a role removed twice as IAM does (this process
+    only)."""
     from moto.ec2.responses import EC2Response
+    from moto.iam.models import IAMBackend
+
+    remove = role_already_removed(IAMBackend.remove_role_from_instance_profile)
+    IAMBackend.remove_role_from_instance_profile = remove  # type: ignore[method-assign]
 
     for name, fn in ACTIONS.items():
         setattr(EC2Response, name, fn)

@@ -307,3 +307,20 @@ def test_the_metadata_service_answers_its_instances_processes_only() -> None:
         assert ask({INSTANCE_ENV: tag}) == "200 i-0123456789abcdef0"
     finally:
         imds.stop()
+
+
+def test_a_role_removed_from_its_profile_twice_is_no_such_entity(account: AwsSimProvider) -> None:
+    """Two teardowns of one task at once both remove its role from its instance profile: the
+    second gets IAM's ``NoSuchEntity``, which teardown tolerates (moto answered 500)."""
+    iam = account.clients.get("iam", REGION)
+    iam.create_role(RoleName="twice", AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                "Principal": {"Service": "ec2.amazonaws.com"}}]}))
+    iam.create_instance_profile(InstanceProfileName="twice")
+    iam.add_role_to_instance_profile(InstanceProfileName="twice", RoleName="twice")
+
+    def remove() -> None:
+        iam.remove_role_from_instance_profile(InstanceProfileName="twice", RoleName="twice")
+
+    assert _code(remove) == "allowed"
+    assert _code(remove) == "NoSuchEntity"

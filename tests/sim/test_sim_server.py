@@ -45,7 +45,8 @@ def test_bad_settings_are_refused_with_the_known_keys_before_anything_starts(hom
     with pytest.raises(ProviderError) as refused:
         get_provider("aws-sim", {"simulate": {"root": "/tmp"}})
     assert "['simulate']" in str(refused.value)
-    assert "known keys: ami_id, ami_ssm_parameter, boot_delay_s, bucket," in str(refused.value)
+    assert "known keys: account_home, ami_id, ami_ssm_parameter, boot_delay_s, bucket," in str(
+        refused.value)
     assert "idle_stop_s, image_python," in str(refused.value)
     assert ", minute_s, object_expiry_days, prefix, python, region, regions, root," in str(
         refused.value)

@@ -18,6 +18,8 @@ from flow_sdk import FlowApp
 from flow_sdk.cli import main
 from flow_sdk.errors import ValidationError
 
+pytestmark = pytest.mark.slow  # a moto server, local tasks
+
 H100 = "NVIDIA H100 80GB HBM3"
 UNSOLD = {  # request -> the words every provider that uses the catalog refuses it with
     "h100:9": "no machine has 9 h100 GPUs: the largest sold with h100 GPUs has 8 (p5.48xlarge: "

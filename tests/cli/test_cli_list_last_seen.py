@@ -1,13 +1,12 @@
 """`flow list` once a task's provider can no longer answer for it (its records gone past
 their expiry, the simulated account that held it stopped): the status this machine last saw
-of the task, marked as such with the reason, rather than `UNKNOWN`. `flow list --json` is
-one JSON array of rows."""
+of the task, marked as such with the reason, rather than `UNKNOWN` (the simulated account's
+case runs in tests/sim/test_rehearsal.py). `flow list --json` is one JSON array of rows."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from flow_testing import wait_until
 
-from flow_sdk import FlowApp, TaskStatus, wire
+from flow_sdk import FlowApp, wire
 from flow_sdk.cli import main
 
 pytestmark = pytest.mark.slow
@@ -69,30 +68,3 @@ def test_a_task_the_store_forgot_shows_the_status_last_seen(flow_home: Path) -> 
     row = {r["task_id"]: r for r in _rows()}[never.task_id]
     assert row["last_known"] is None
     assert row["status"].startswith("UNKNOWN (task ") and "has no record" in row["status"]
-
-
-def _whoami() -> str:
-    import os
-
-    return f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}"
-
-
-def test_the_rehearsal_keeps_its_status_after_the_account_stops() -> None:
-    """The README's rehearsal: a task on the simulated account, the account stopped, then
-    `flow list --provider aws-sim` (which may start another account)."""
-    from flow_sdk.sim import stop_account
-
-    rehearsal = FlowApp("rehearsal")
-    whoami = rehearsal.function(provider="aws-sim", num_instances=2)(_whoami)
-    try:
-        task = whoami.spawn()
-        assert task.results(timeout=600) == ["rank 0 of 2", "rank 1 of 2"]
-        assert task.status is TaskStatus.SUCCEEDED
-        assert stop_account() is not None
-        started = time.monotonic()
-        [row] = _rows("--provider", "aws-sim")
-        assert (row["task_id"], row["status"]) == (task.task_id, "SUCCEEDED")
-        assert row["last_known"], row
-        assert time.monotonic() - started < 60
-    finally:
-        stop_account()  # whatever `flow list` started

@@ -91,6 +91,9 @@ def test_rehearse_two_nodes_then_gc_volumes_and_list_with_no_credentials(tmp_pat
         assert read_state(home) is None, f"{argv} started the simulated account"
         assert _processes_naming(tmp_path) == before == [], argv
     assert "aws-sim: nothing to reclaim" in _run(["flow", "gc", "--dry-run"], env, tmp_path)
+    # what this machine last saw of the rehearsal's tasks, not UNKNOWN
+    rows = json.loads(_run(["flow", "list", "--json"], env, tmp_path))
+    assert rows and all(r["status"] == "SUCCEEDED" and r["last_known"] for r in rows), rows
 
 
 def _processes_naming(root: Path) -> list[int]:

@@ -39,6 +39,8 @@ from flow_sdk.sim._server import ServerState, read_state
 
 REGION = "us-east-1"
 
+pytestmark = pytest.mark.slow  # the account's own server, metadata services
+
 
 def _kill(state: ServerState | None) -> None:
     if state is not None and state.alive():

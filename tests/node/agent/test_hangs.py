@@ -103,5 +103,9 @@ def test_a_warned_stall_is_named_by_the_runtime_cap_s_error() -> None:
     assert "stands apart: rank 1 in _ddp_rank_1_sleeps" in text, text
     outcome = task.outcome()
     assert outcome is not None and outcome.rank == 1 and outcome.node == 0
-    assert not outcome.consequences, outcome.consequences  # the other nodes' caps are not
+    # the other nodes' caps are not its consequences; a peer's connection closed by the cap
+    # may be, and never names the stalled rank
+    assert not any("max_run_time_hours" in line or "node 0 rank 1" in line
+                   for line in outcome.consequences), \
+        outcome.consequences
     assert _shows_the_sleep(text), f"no frame at the sleep's line {_sleep_line()}:\n{text}"

@@ -83,8 +83,11 @@ def test_a_hung_task_shows_its_stall_quiet_ranks_and_then_its_root_cause_as_line
     # rank 1 printed nothing: its log view says so instead of staying black
     page.select_option("#log-rank", "1")
     page.wait_for_function("() => document.querySelector('#log-rank').value === '1'")
-    assert page.locator("#log div.line").count() == 0
-    assert _empty_text(page) == '"waiting for lines"'
+    # (on a busy machine rank 0's stall may already be named: a [flow] line every rank shows)
+    shown = page.locator("#log div.line").all_inner_texts()
+    assert all("[flow]" in line for line in shown), shown
+    if not shown:
+        assert _empty_text(page) == '"waiting for lines"'
 
     # the stall: named above the nodes, rank 0's row marked with the time since its line
     page.wait_for_selector("#quiet", timeout=60_000)

@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from flow_testing import fake_aws_environment, moto_server, processes_with_env, wait_until
 
 
@@ -77,11 +78,14 @@ def big_object_bytes() -> bytes:
     return bytes(out[:sum(BIG_PARTS)])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture()
 def s3_data(moto_s3_url: str) -> dict[str, Any]:
-    """One bucket for the session: a multi-part object and a prefix of MANY_KEYS keys."""
+    """One bucket: a multi-part object and a prefix of MANY_KEYS keys, made once, and again
+    when another test in this process reset moto's in-process state (``mock_aws`` does)."""
     client = s3_client_for(moto_s3_url)
     bucket = "flow-volumes-test"
+    if _filled(client, bucket):
+        return {"bucket": bucket, "big": big_object_bytes(), "client": client}
     client.create_bucket(Bucket=bucket)
     blob = big_object_bytes()
     upload = client.create_multipart_upload(Bucket=bucket, Key=f"mixed/{BIG_KEY}")
@@ -103,6 +107,14 @@ def s3_data(moto_s3_url: str) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(put, range(MANY_KEYS)))
     return {"bucket": bucket, "big": blob, "client": client}
+
+
+def _filled(client: Any, bucket: str) -> bool:
+    try:
+        client.head_object(Bucket=bucket, Key=f"many/part-{MANY_KEYS - 1:05d}.txt")
+    except ClientError:
+        return False
+    return True
 
 
 @pytest.fixture()

@@ -13,6 +13,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from flow_testing import wait_until
@@ -33,13 +34,16 @@ def _times_ten(value: int) -> int:
 
 
 @app.function(num_instances=2, run_on="head", quiet=True)
-def head_call(seconds: float) -> list[int]:
+def head_call(flag: str) -> list[int]:
+    import os
     import time as _time
 
     from flow_sdk.node import headjob
 
     print("ready", flush=True)
-    _time.sleep(seconds)
+    deadline = _time.monotonic() + 180
+    while not os.path.exists(flag) and _time.monotonic() < deadline:  # the attack is over
+        _time.sleep(0.1)
     pool = headjob.active()
     assert pool is not None
     return pool.run(_times_ten, (4,), pool.ranks(), timeout_s=60)
@@ -114,9 +118,10 @@ def _records(rng: random.Random, store: ObjectStore, task_id: str) -> int:
     return written
 
 
-def test_a_head_job_under_idle_connections_and_seeded_fuzz_succeeds() -> None:
+def test_a_head_job_under_idle_connections_and_seeded_fuzz_succeeds(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    task = head_call.spawn(8.0)
+    flag = tmp_path / "attack-over"  # the nodes are local processes: they see this folder
+    task = head_call.spawn(str(flag))
     record = task.record()
     leader = min(task.provider.list_instances(task.task_id), key=lambda i: i.instance_id)
     listeners = (record.rdzv_port, record.master_port)
@@ -136,6 +141,7 @@ def test_a_head_job_under_idle_connections_and_seeded_fuzz_succeeds() -> None:
         frames = sum(_throw(leader.address, record.master_port, _frame(rng))
                      for _ in range(60))
         records = _records(rng, task.provider.store, task.task_id)
+        flag.touch()
         assert packets and frames and records > 50, (packets, frames, records)
         assert task.result(timeout=120) == [40, 40]
     finally:

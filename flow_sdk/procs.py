@@ -12,7 +12,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
 # The node agent lists its workers' process groups in this file of its working directory, so a
@@ -169,24 +169,35 @@ def kill_group(pgid: int, grace_s: float = 3.0, reap: Callable[[], None] | None 
     ``reap`` collects exited children of this process, which otherwise linger as zombies
     that still count as members of the group.
     """
-    if not _group_exists(pgid):
-        return
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+    kill_groups([pgid], grace_s, reap)
+
+
+def kill_groups(pgids: Iterable[int], grace_s: float = 3.0,
+                reap: Callable[[], None] | None = None) -> None:
+    """SIGTERM every process group of ``pgids`` at once, then SIGKILL whatever is left of
+    them after one shared ``grace_s``: n groups take one grace period, not n."""
+    signalled = []
+    for pgid in pgids:
+        if not _group_exists(pgid):
+            continue
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        signalled.append(pgid)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+    while signalled and time.monotonic() < deadline:
         if reap is not None:
             reap()
-        if not _group_exists(pgid):
-            return
-        time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    if reap is not None:
+        signalled = [pgid for pgid in signalled if _group_exists(pgid)]
+        if signalled:
+            time.sleep(0.05)
+    for pgid in signalled:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    if signalled and reap is not None:
         time.sleep(0.05)
         reap()
 

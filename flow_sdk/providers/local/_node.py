@@ -125,11 +125,10 @@ def stop(records: Sequence[Mapping[str, Any]]) -> None:
     """Stop agents and workers, let each keeper write the last boot output and stop its
     sshd, then stop whatever still carries the nodes' instance ids (SSH sessions,
     processes workers left behind)."""
-    for rec in records:
-        if agent_alive(rec):
-            procs.kill_group(rec["pid"], reap=reap)
-        for pgid in _worker_pgids(Path(rec["workdir"])):
-            procs.kill_group(pgid, reap=reap)
+    # every node's agent at once (each stops its own workers), then the workers left
+    procs.kill_groups([rec["pid"] for rec in records if agent_alive(rec)], reap=reap)
+    procs.kill_groups([pgid for rec in records for pgid in _worker_pgids(Path(rec["workdir"]))],
+                      reap=reap)
     deadline = time.monotonic() + KEEPER_EXIT_WAIT_S
     for rec in records:
         while keeper_alive(rec) and time.monotonic() < deadline:

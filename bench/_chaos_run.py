@@ -63,9 +63,12 @@ class Result:
 class Bench:
     """What one run's scenarios share (a context manager: stops what it started, by PID)."""
 
-    def __init__(self, root: Path, sim: bool) -> None:
+    def __init__(self, root: Path, sim: bool, envs: Path | None = None) -> None:
         self.root = root
         self.sim = sim
+        # the simulated image's SDK environments (by wheel digest): ``root/sim-envs`` unless
+        # given, e.g. one a test session's simulated clouds share (built once, not per bench)
+        self.envs = envs or root / "sim-envs"
         self.server: subprocess.Popen[bytes] | None = None
         self.account: Account | None = None  # the account, directly
         self.proxy: FaultProxy | None = None
@@ -112,7 +115,7 @@ class Bench:
             return {}
         assert self.proxy is not None and self.account is not None
         return {**self.account.provider_config(self.proxy.url), "root": str(home / "sim-root"),
-                "envs": str(self.root / "sim-envs")}
+                "envs": str(self.envs)}
 
 
 def bound_of(sc: Scenario) -> float:
@@ -150,10 +153,12 @@ def _disk_target(sc: Scenario, home: Path) -> Path | None:
     return home / ("local/nodes" if sc.provider == "local" else "sim-root/nodes")
 
 
-def run_scenario(bench: Bench, sc: Scenario) -> Result:
-    """Run ``sc`` end to end, judge it, and clean up whatever it left (after counting it)."""
+def run_scenario(bench: Bench, sc: Scenario, name: str | None = None) -> Result:
+    """Run ``sc`` end to end, judge it, and clean up whatever it left (after counting it).
+    It runs in ``bench.root / name`` (default ``s<seed>``: name it when one bench runs a seed
+    more than once, e.g. with other pinned kinds)."""
     started = time.monotonic()
-    home = bench.root / f"s{sc.seed}"
+    home = bench.root / (name or f"s{sc.seed}")
     (home / "marks").mkdir(parents=True, exist_ok=True)
     os.environ["FLOW_HOME"] = str(home)
     disk = _disk_target(sc, home)
@@ -205,19 +210,21 @@ def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[b
         time.sleep(0.5)
         caller.kill()
     caller.wait()
-    found = leftovers(home, bench.account, stage.exclude - {caller.pid}, SETTLE_S[sc.provider],
-                      disk)
-    result.leaks += found
-    if found:
-        for proc in scan(home, stage.exclude):
-            try:
-                os.kill(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-        if bench.account is not None:
-            purge_account(bench.account)
-    if disk is not None and not release_disk(disk):
-        time.sleep(1)
-        if not release_disk(disk):
-            result.leaks.append(f"mount {disk} still busy")
-            subprocess.run(["umount", "-l", str(disk)], check=False)
+    try:
+        found = leftovers(home, bench.account, stage.exclude - {caller.pid},
+                          SETTLE_S[sc.provider], disk)
+        result.leaks += found
+        if found:
+            for proc in scan(home, stage.exclude):
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+            if bench.account is not None:
+                purge_account(bench.account)
+    finally:  # the small filesystem goes even when the account could not be asked
+        if disk is not None and not release_disk(disk):
+            time.sleep(1)
+            if not release_disk(disk):
+                result.leaks.append(f"mount {disk} still busy")
+                subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -58,7 +58,7 @@ def fake_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
 
 
-def wait_until(predicate: object, timeout: float, what: str, interval: float = 0.05) -> None:
+def wait_until(predicate: object, timeout: float, what: str, interval: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():  # type: ignore[operator]
         if time.monotonic() > deadline:

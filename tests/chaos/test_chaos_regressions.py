@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+import _chaos_run  # noqa: E402
 from _chaos_draw import Scenario, draw  # noqa: E402
 from _chaos_run import Bench, Result, run_scenario  # noqa: E402
 from chaos import replay_command  # noqa: E402
@@ -38,6 +39,23 @@ def _replay(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: 
         f"{scenario.describe()} -> {result.status} in {result.terminal_s}s:\n{detail}\n"
         f"replay: {replay}")
     return scenario, result, replay
+
+
+def _short_cap(monkeypatch: pytest.MonkeyPatch, provider: str, cap_s: float) -> None:
+    """A runtime cap of ``cap_s`` beyond the job's work (the soak's is 15 s local, 30 s on the
+    simulated cloud): the frozen-node seeds wait for the cap and its grace, whatever the cap."""
+    avail, boot, _ = _chaos_run.TIMEOUTS[provider]
+    monkeypatch.setitem(_chaos_run.TIMEOUTS, provider, (avail, boot, cap_s))
+
+
+def _stopped_by_the_caller(tmp_path: Path, seed: int, result: Result, replay: str) -> None:
+    """The node's agent was frozen (SIGSTOPped as it showed up), so it enforced nothing: the
+    caller's guard ended the task, past the cap and its grace."""
+    assert any("sigstop-leader: " in note for note in result.notes), (
+        f"the agent was never frozen; replay: {replay}\n" + "\n".join(result.notes))
+    seen = _chaos_run.events(tmp_path / "chaos" / f"s{seed}")
+    assert any(e.get("type") == "TaskTimedOutError" and "the caller stopped it" in e["message"]
+               for e in seen), seen
 
 
 @pytest.mark.parametrize(("seed", "kind"), [(4, "sigkill-leader"), (20, "sigkill-keeper")])
@@ -68,8 +86,11 @@ def test_a_lone_frozen_node_is_timed_out_by_its_caller(
     ``capguard.CAP_GRACE_S`` and tears the node down (frozen processes included)."""
     from flow_sdk.client import capguard
 
+    _short_cap(monkeypatch, "local", 8.0)
     scenario, result, replay = _replay(174, tmp_path, monkeypatch, "TIMED_OUT")
+    print(f"seed 174: TIMED_OUT {result.terminal_s}s after the strike, {result.wall_s}s in all")
     assert (scenario.provider, scenario.nodes, scenario.kinds) == ("local", 1, ["sigstop-leader"])
+    _stopped_by_the_caller(tmp_path, 174, result, replay)
     assert result.terminal_s < capguard.CAP_GRACE_S + 30
 
 
@@ -79,9 +100,12 @@ def test_a_lone_frozen_simulated_node_ends_a_blocking_call(
     in ``.remote()``) hung in ``.remote()``'s wait for the nodes to come up, which polled a
     status that stayed PROVISIONING. Past the cap and its grace ``Task.status`` now reads
     TIMED_OUT, so every wait ends and the caller records it and tears the node down."""
+    _short_cap(monkeypatch, "aws-sim", 20.0)
     scenario, result, replay = _replay(235, tmp_path, monkeypatch, "TIMED_OUT")
+    print(f"seed 235: TIMED_OUT {result.terminal_s}s after the strike, {result.wall_s}s in all")
     assert (scenario.provider, scenario.nodes, scenario.kinds[0]) == (
         "aws-sim", 1, "sigstop-leader")
+    _stopped_by_the_caller(tmp_path, 235, result, replay)
 
 
 def test_a_launch_whose_caller_was_killed_gets_an_outcome_from_gc(

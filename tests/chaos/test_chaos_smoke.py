@@ -7,12 +7,14 @@ bound, nothing left (processes in /proc, the simulated account's instances, secu
 key pairs, placement groups, IAM roles, mounts, loop devices), logs readable up to the fault,
 and a successful task's results equal to the fault-free computation's. The seeds were chosen
 for short jobs and small shapes (1-2 nodes, 1 worker). A failure names the command that replays
-the scenario.
+the scenario. As in the soak, a runner's aws-sim seeds share one simulated account
+(``sim_bench``), each judged on its own.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,14 +61,39 @@ def test_the_seeds_cover_every_fault_kind_on_both_providers() -> None:
         assert scenario.nodes <= 2 and scenario.workers == 1
 
 
+@pytest.fixture(scope="module")
+def sim_bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    """One simulated account (moto server and fault proxy) for this runner's aws-sim seeds, as
+    the soak shares one across its scenarios: each scenario is still judged on its own (its
+    own data directory; the whole account must be clean after it, and what a leaking one left
+    is purged before the next). The image's SDK environments are the test session's, shared
+    with its other simulated clouds (the SDK is installed once, not at every seed's boot)."""
+    base = tmp_path_factory.getbasetemp()
+    session = base.parent if base.name.startswith("popen-gw") else base
+    root = tmp_path_factory.mktemp("chaos-sim")
+    bench = Bench(root, sim=True, envs=session / "sim-envs")
+    try:
+        with pytest.MonkeyPatch.context() as env:  # the account's server is the module's, not
+            env.setenv("FLOW_HOME", str(root / "flow-home"))  # the first seed's: stopped by
+            bench.__enter__()  # PID when the module is done
+        yield bench
+    finally:
+        bench.__exit__(None, None, None)
+
+
 @pytest.mark.parametrize(("seed", "kind", "provider"), SEEDS,
                          ids=[f"{kind}-{provider}-{seed}" for seed, kind, provider in SEEDS])
-def test_chaos_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, kind: str,
+def test_chaos_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                    request: pytest.FixtureRequest, seed: int, kind: str,
                     provider: str) -> None:
     monkeypatch.setenv("FLOW_HOME", str(tmp_path / "flow-home"))  # run_scenario sets its own
     scenario = draw(seed, kind, provider)
-    with Bench(tmp_path / "chaos", sim=provider == "aws-sim") as bench:
-        result = run_scenario(bench, scenario)
+    if provider == "aws-sim":
+        bench: Bench = request.getfixturevalue("sim_bench")
+        result = run_scenario(bench, scenario, name=f"{kind}-{seed}")
+    else:
+        with Bench(tmp_path / "chaos", sim=False) as bench:
+            result = run_scenario(bench, scenario)
     replay = replay_command(scenario, (kind, provider))
     detail = "\n".join(result.leaks + result.lost + result.notes)
     assert result.struck >= 1, f"the fault never struck:\n{detail}\nreplay: {replay}"

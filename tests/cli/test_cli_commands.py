@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from flow_testing import processes_with_env, run_on_terminal, wait_until
+from flow_testing import fake_aws_environment, processes_with_env, run_on_terminal, wait_until
 
 from flow_sdk import Task, TaskStatus
 from flow_sdk.client.records import list_client_records
@@ -37,6 +37,14 @@ import time
 print("up", flush=True)
 time.sleep(300)
 """
+
+
+@pytest.fixture(autouse=True)
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This folder's conftest gives every test a fresh moto world (a moto server, reset per
+    test); no command here talks to it: they launch on the local provider, or only plan for
+    aws. They keep its fake credentials, so nothing can reach a real account."""
+    fake_aws_environment(monkeypatch, tmp_path)
 
 
 def flow(*args: str, timeout: float = 120, stdin: str | None = None

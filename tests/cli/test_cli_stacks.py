@@ -52,7 +52,20 @@ def _both_up(task: Task) -> None:
     wait_until(lambda: sum(ln.endswith("up") for ln in task.logs()) == 2, 90, "both ranks up")
 
 
-def test_a_hung_functions_stacks_stall_line_and_page_name_its_file_line_and_source(
+def test_stalled_functions_stacks_stall_line_and_page_name_their_file_line_and_source(
+        tmp_path: Path) -> None:
+    """Two tasks at once (they share nothing): one warns on its stall, one fails on it."""
+    failing = app.function(**PAIR, stall_timeout="3s", on_stall="fail")(_waits_for).spawn(
+        str(tmp_path / "never"))
+    try:
+        _a_hung_functions_stacks_stall_line_and_page_name_its_file_line_and_source(tmp_path)
+        _on_stall_fail_keeps_the_stacks_that_flow_stacks_shows_once_the_task_ended(failing)
+    finally:
+        if not failing.status.is_terminal:
+            failing.cancel()
+
+
+def _a_hung_functions_stacks_stall_line_and_page_name_its_file_line_and_source(
         tmp_path: Path) -> None:
     flag = tmp_path / "go"
     task = app.function(**PAIR, stall_timeout="3s", on_stall="warn")(_waits_for).spawn(
@@ -111,10 +124,8 @@ def test_a_hung_scripts_stacks_name_the_script_its_line_and_source(tmp_path: Pat
     assert task.result(timeout=60) is None
 
 
-def test_on_stall_fail_keeps_the_stacks_that_flow_stacks_shows_once_the_task_ended(
-        tmp_path: Path) -> None:
-    task = app.function(**PAIR, stall_timeout="3s", on_stall="fail")(_waits_for).spawn(
-        str(tmp_path / "never"))
+def _on_stall_fail_keeps_the_stacks_that_flow_stacks_shows_once_the_task_ended(
+        task: Task) -> None:
     with pytest.raises(TaskFailedError) as raised:
         task.result(timeout=120)
     frame = _frame(__file__, "_waits_for", "time.sleep(0.2)")

@@ -1,6 +1,10 @@
 """The provider contract: one set of tests every provider passes (``local`` and the simulated
 ``aws`` here; see conftest.py). Launch, list, terminate, object store, log store, volumes and
-gc, through the ``Provider`` interface only: nothing here branches on the provider."""
+gc, through the ``Provider`` interface only: nothing here branches on the provider.
+
+Membership is pushed, not polled, on every provider: the launcher writes the gang's signed
+membership record once, and each node takes its rank from it without listing the provider's
+instances (its agent log says where its membership came from)."""
 
 from __future__ import annotations
 
@@ -15,15 +19,20 @@ from contract_helpers import Contract
 from flow_testing import processes_with_env, wait_until
 
 from flow_sdk import TaskStatus, lifecycle, tasksecrets, wire
-from flow_sdk.wire import Outcome
+from flow_sdk.wire import MembershipRecord, Outcome
 from flow_sdk.wire.signing import SignedStore
 from flow_sdk.providers.base import LogRecord
 from flow_sdk.spec import VolumeSpec
 
 
+# Each poll of a wait here asks the provider (a moto server in this process) or reads /proc:
+# at wait_until's default 20 per second, the polling alone costs seconds of CPU a test.
+POLL_S = 0.25
+
+
 def _where_am_i() -> dict[str, Any]:
     return {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
-            "node": int(os.environ["FLOW_NODE_RANK"])}
+            "node": int(os.environ["FLOW_NODE_RANK"]), "leader": os.environ["MASTER_ADDR"]}
 
 
 def _sleeps() -> None:
@@ -42,14 +51,25 @@ def test_launch_list_and_terminate(contract: Contract, flow_home: Path) -> None:
         if not task.status.is_terminal:
             task.cancel()
     assert task.status is TaskStatus.SUCCEEDED
-    assert results == [{"rank": r, "world": 2, "node": r} for r in range(2)]
+    assert [{k: r[k] for k in ("rank", "world", "node")} for r in results] == [
+        {"rank": r, "world": 2, "node": r} for r in range(2)]
     assert len(listed) == 2 and [i.instance_id for i in listed] == sorted(
         i.instance_id for i in listed)
     assert all(i.task_id == task.task_id and i.address for i in listed)
+    # the nodes took their ranks from the launcher's signed membership record
+    signed = SignedStore(provider.store, tasksecrets.load_task_secret(task.task_id))
+    raw = signed.get_record(wire.membership_key(task.task_id, 0))
+    assert raw is not None
+    members = sorted(MembershipRecord.from_json(raw).members, key=lambda m: m.instance_id)
+    assert {r["leader"] for r in results} == {members[0].address}
+    agent_lines = task.logs(source="agent")
+    assert sum("membership of generation 0 from its record" in line
+               for line in agent_lines) == 2
+    assert not any("asking the provider" in line for line in agent_lines)
     provider.terminate(task.task_id)  # idempotent after the task's own teardown
     assert all(i.state == "terminated" for i in provider.list_instances(task.task_id))
     wait_until(lambda: processes_with_env("FLOW_HOME", str(flow_home)) == [], 15,
-               "every node process stopped")
+               "every node process stopped", POLL_S)
 
 
 @pytest.mark.slow
@@ -62,7 +82,7 @@ def test_gc_reports_on_a_dry_run_and_reclaims_an_ended_task(contract: Contract,
     known = [task.task_id]  # its client record is here: not an orphan
     try:
         wait_until(lambda: any(n.phase == "running" for n in task.nodes()), 120,
-                   "the node runs the function")
+                   "the node runs the function", POLL_S)
         provider.store.put_if_absent(wire.outcome_key(task.task_id), wire.to_json(
             Outcome("FAILED", "forged", time.time())))  # no MAC
         forged = lifecycle.collect(provider, known)
@@ -82,7 +102,7 @@ def test_gc_reports_on_a_dry_run_and_reclaims_an_ended_task(contract: Contract,
         assert done.stopped_processes or done.terminated_instances
         assert [i.state for i in provider.list_instances(task.task_id)] == ["terminated"]
         wait_until(lambda: processes_with_env("FLOW_HOME", str(flow_home)) == [], 15,
-                   "every node process stopped")
+                   "every node process stopped", POLL_S)
         assert lifecycle.collect(provider, known).reasons == {}  # nothing left to reclaim
     finally:
         provider.terminate(task.task_id)

@@ -54,7 +54,9 @@ def _all_ready(task: Task, count: int) -> None:
     wait_until(lambda: sum("ready" in ln for ln in task.logs()) == count, 90, f"{count} ranks ready")
 
 
-CAP_S = 30.0  # a runtime cap the workers are up well before, even on a loaded machine
+# A runtime cap the workers are up well before, even on a loaded machine (two nodes of plain
+# Python workers: up under 2 s after the launch here, 5-8 s under heavy load).
+CAP_S = 18.0
 
 
 def _ready_before_the_cap(task: Task, count: int) -> float:
@@ -64,6 +66,7 @@ def _ready_before_the_cap(task: Task, count: int) -> float:
     cap_at = task.record().created_at + CAP_S
     wait_until(lambda: sum("ready" in ln for ln in task.logs()) == count,
                cap_at - time.time(), f"{count} workers' first lines before the {CAP_S:g} s cap")
+    print(f"{count} workers ready {time.time() - cap_at + CAP_S:.1f} s after the launch")
     return cap_at
 
 

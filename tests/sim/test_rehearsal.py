@@ -84,15 +84,16 @@ def test_rehearse_two_nodes_then_gc_volumes_and_list_with_no_credentials(tmp_pat
     assert not [r for r in records if r["pid"] is None or is_alive(r["pid"], r["ticks"])]
     # Read-only commands, right after the account stopped, start nothing: no server, no
     # process of this flow directory.
+    printed: dict[str, str] = {}
     for argv in (["flow", "list"], ["flow", "pool", "list"], ["flow", "gc", "--dry-run"],
                  ["flow", "list", "--json"]):
         before = _processes_naming(tmp_path)
-        _run(argv, env, tmp_path)
+        printed[" ".join(argv[1:])] = _run(argv, env, tmp_path)
         assert read_state(home) is None, f"{argv} started the simulated account"
         assert _processes_naming(tmp_path) == before == [], argv
-    assert "aws-sim: nothing to reclaim" in _run(["flow", "gc", "--dry-run"], env, tmp_path)
+    assert "aws-sim: nothing to reclaim" in printed["gc --dry-run"]
     # what this machine last saw of the rehearsal's tasks, not UNKNOWN
-    rows = json.loads(_run(["flow", "list", "--json"], env, tmp_path))
+    rows = json.loads(printed["list --json"])
     assert rows and all(r["status"] == "SUCCEEDED" and r["last_known"] for r in rows), rows
 
 

@@ -143,54 +143,75 @@ def steady() -> int:
     return current.restart_count
 
 
-@pytest.mark.parametrize("what", ["record", "payload"])
-def test_a_replacement_node_refuses_a_rewritten_record_or_payload(tmp_path: Path,
-                                                                   what: str) -> None:
-    task = steady.spawn()
-    wait_until(lambda: sum("ready" in line for line in task.logs()) == 2, 90, "2 ranks ready")
-    marker = tmp_path / "ran"
-    evil = payload.pack_call(Path.touch, (marker,), {})
-    store = task.provider.store
-    if what == "record":  # another digest, the MAC kept
-        store.put(wire.payload_key(payload.digest(evil)), evil)
-        key = wire.task_key(task.task_id)
-        raw = store.get(key)
-        assert raw is not None
-        store.put(key, json.dumps({**json.loads(raw),
-                                   "payload_digest": payload.digest(evil)}).encode())
-    else:  # other bytes under the signed digest
-        key = wire.payload_key(task.record().payload_digest)
-        store.put(key, evil)
-    provider = task.provider
-    assert isinstance(provider, LocalProvider)
-    lost = next(n.instance_id for n in task.nodes() if n.node == 1)
-    gang = {i.instance_id for i in provider.list_instances(task.task_id)}
-    os.kill(agent_pid(provider, task.task_id, lost), signal.SIGKILL)
-    killed = time.monotonic()
-    assert task.wait(timeout=120) is TaskStatus.FAILED
-    print(f"rewritten {what}: refused by the replacement, FAILED {time.monotonic() - killed:.2f}"
-          " s after the node was killed")
-    outcome = task.outcome()
-    assert outcome is not None and "refused to run the task" in outcome.message
-    assert key in outcome.message
-    replacement = {i.instance_id for i in provider.list_instances(task.task_id)} - gang
-    assert len(replacement) == 1 and next(iter(replacement)) in outcome.message
-    assert not marker.exists()
+def test_a_replacement_node_refuses_a_rewritten_record_or_payload(tmp_path: Path) -> None:
+    """Two tasks at once (they share nothing but the machine): in one, the record is
+    rewritten (another digest, its MAC kept); in the other, the payload (other bytes under the
+    signed digest). Node 1 of each is then lost, and each replacement refuses to run."""
+    whats = ("record", "payload")
+    tasks = {what: steady.spawn() for what in whats}
+    for task in tasks.values():
+        wait_until(lambda task=task: sum("ready" in line for line in task.logs()) == 2, 90,
+                   "2 ranks ready")
+    markers = {what: tmp_path / f"ran-{what}" for what in whats}
+    keys, gangs, killed = {}, {}, {}
+    for what, task in tasks.items():
+        evil = payload.pack_call(Path.touch, (markers[what],), {})
+        store = task.provider.store
+        if what == "record":  # another digest, the MAC kept
+            store.put(wire.payload_key(payload.digest(evil)), evil)
+            key = wire.task_key(task.task_id)
+            raw = store.get(key)
+            assert raw is not None
+            store.put(key, json.dumps({**json.loads(raw),
+                                       "payload_digest": payload.digest(evil)}).encode())
+        else:  # other bytes under the signed digest
+            key = wire.payload_key(task.record().payload_digest)
+            store.put(key, evil)
+        keys[what] = key
+    for what, task in tasks.items():
+        provider = task.provider
+        assert isinstance(provider, LocalProvider)
+        lost = next(n.instance_id for n in task.nodes() if n.node == 1)
+        gangs[what] = {i.instance_id for i in provider.list_instances(task.task_id)}
+        os.kill(agent_pid(provider, task.task_id, lost), signal.SIGKILL)
+        killed[what] = time.monotonic()
+    for what, task in tasks.items():
+        provider = task.provider
+        assert isinstance(provider, LocalProvider)
+        assert task.wait(timeout=120) is TaskStatus.FAILED
+        print(f"rewritten {what}: refused by the replacement, FAILED "
+              f"{time.monotonic() - killed[what]:.2f} s after the node was killed")
+        outcome = task.outcome()
+        assert outcome is not None and "refused to run the task" in outcome.message
+        assert keys[what] in outcome.message
+        replacement = {i.instance_id for i in provider.list_instances(task.task_id)} - \
+            gangs[what]
+        assert len(replacement) == 1 and next(iter(replacement)) in outcome.message
+    assert not any(marker.exists() for marker in markers.values())
+
+
+def _hold_until(go: str) -> None:
+    """On the nodes: run until the test creates ``go`` (two minutes at most)."""
+    import os
+    import time as _time
+
+    deadline = _time.monotonic() + 120
+    while not os.path.exists(go) and _time.monotonic() < deadline:
+        _time.sleep(0.05)
 
 
 @app.function(num_instances=2, quiet=True)
-def holds_still() -> str:
-    import time as _time
-
+def holds_still(go: str) -> str:
     print("ready", flush=True)
-    _time.sleep(6)
+    _hold_until(go)  # while the test looks at the live nodes' processes
     return "done"
 
 
-def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone() -> None:
+def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone(tmp_path: Path) -> None:
     """No worker, keeper, sshd or SSH helper of a live local node carries the task's secret,
     the boot file's name or an open boot file; the agent removed the file once read."""
-    task = holds_still.spawn()
+    go = tmp_path / "go"
+    task = holds_still.spawn(str(go))
     try:
         wait_until(lambda: sum("ready" in ln for ln in task.logs()) == 2, 90, "2 ranks ready")
         secret = tasksecrets.load_task_secret(task.task_id).hex()
@@ -207,6 +228,7 @@ def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone() -> None:
             assert secret not in seen and wire.BOOT_FILE_ENV not in seen, pid
             assert "boot.json" not in seen, pid
         assert not [r for r in records if (Path(r["workdir"]) / "boot.json").exists()]
+        go.touch()
         assert task.result(timeout=60) == "done"
     finally:
         if not task.status.is_terminal:
@@ -214,20 +236,20 @@ def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone() -> None:
 
 
 @app.function(num_instances=2, quiet=True)
-def steady_answer() -> int:
-    import time as _time
-
+def steady_answer(go: str) -> int:
     print("ready", flush=True)
-    _time.sleep(5)
+    _hold_until(go)  # until the attack is over
     return 42
 
 
-def test_hostile_packets_and_objects_during_a_live_task_leave_it_succeeded() -> None:
+def test_hostile_packets_and_objects_during_a_live_task_leave_it_succeeded(
+        tmp_path: Path) -> None:
     """While a 2-node task runs, someone without its secret sends the leader's store a
     deeply nested line and holds idle connections, and writes a forged FAILED outcome whose
     MAC is not ASCII, a junk node record and a junk result key: the task still SUCCEEDS with
     its real results."""
-    task = steady_answer.spawn()
+    go = tmp_path / "go"
+    task = steady_answer.spawn(str(go))
     wait_until(lambda: sum("ready" in line for line in task.logs()) == 2, 90, "2 ranks ready")
     leader = next(n for n in task.nodes() if n.node == 0)
     port = task.record().rdzv_port
@@ -242,9 +264,12 @@ def test_hostile_packets_and_objects_during_a_live_task_leave_it_succeeded() -> 
         task.provider.store.put(f"{wire.nodes_prefix(task.task_id)}000007.json", b"junk")
         # "\u00b2" passes str.isdigit but not int(): a result key no rank writes
         task.provider.store.put(wire.results_prefix(task.task_id) + "\u00b2", b"junk")
+        time.sleep(2.0)  # the agents' store watch (every 0.25 s) reads them while it runs
+        go.touch()
         assert task.result(timeout=120) == 42
         assert task.results() == [42, 42]
     finally:
+        go.touch()
         for sock in idle:
             sock.close()
     assert task.status is TaskStatus.SUCCEEDED

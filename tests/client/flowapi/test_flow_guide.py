@@ -11,16 +11,17 @@ directory elsewhere; the S3 example's body is unchanged: its helper resolves ``/
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-from flow_testing import fake_aws_environment, moto_server, results_or_cancel
+from flow_testing import fake_aws_environment, moto_server, processes_with_env, results_or_cancel
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from flow_sdk import Flow, FlowApp, TaskStatus, current
+from flow_sdk import Flow, FlowApp, Task, TaskStatus, current
 from flow_sdk.client.records import list_client_records
 from flow_sdk.volumes import Volume, create_volume
 
@@ -96,11 +97,32 @@ def distributed_training() -> dict[str, Any]:
     return {"node": node_rank, "status": "complete"}
 
 
-def test_two_parameter_conversion_trains_with_ddp_on_two_nodes() -> None:
-    result = distributed_training.remote()
-    assert result == {"node": 0, "status": "complete"}
+@pytest.fixture(scope="module")
+def ddp_task(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """``distributed_training.remote()``, run once under a FLOW_HOME of its own: its value and
+    that FLOW_HOME. The two tests below read the same ended task (the guide's conversion
+    section, then its log aggregation), each with its FLOW_HOME set to that one."""
+    home = tmp_path_factory.mktemp("guide-ddp-home")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FLOW_HOME", str(home))
+        result = distributed_training.remote()
+    yield home, result
+    assert processes_with_env("FLOW_HOME", str(home)) == []  # nothing of it outlived it
+
+
+def _ddp_task_by_id(ddp_task: tuple[Path, dict[str, Any]],
+                    monkeypatch: pytest.MonkeyPatch) -> Task:
+    """The task ``ddp_task`` ran, found by the id this machine recorded for it."""
+    monkeypatch.setenv("FLOW_HOME", str(ddp_task[0]))
     [record] = list_client_records()
-    task = Flow().get_task(record["task_id"])
+    return Flow().get_task(record["task_id"])
+
+
+def test_two_parameter_conversion_trains_with_ddp_on_two_nodes(
+        ddp_task: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, result = ddp_task
+    assert result == {"node": 0, "status": "complete"}
+    task = _ddp_task_by_id(ddp_task, monkeypatch)
     lines = task.logs()
     main_ip = next(ln for ln in lines if "Node 0/2 - Master: " in ln).rsplit(" ", 1)[1]
     assert main_ip.startswith("127.")
@@ -108,6 +130,22 @@ def test_two_parameter_conversion_trains_with_ddp_on_two_nodes() -> None:
                for ln in lines)
     losses = [float(ln.rsplit("=", 1)[1]) for ln in lines if "Epoch " in ln]
     assert len(losses) == 10 and losses[-1] < losses[0]  # DDP trained across both nodes
+
+
+# -- "Log aggregation": get_task(id).logs(), logs(node=1), logs(follow=True) -------------------
+
+
+def test_logs_of_a_task_found_by_id_every_node_one_node_and_followed(
+        ddp_task: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    task = _ddp_task_by_id(ddp_task, monkeypatch)
+    assert task.status is TaskStatus.SUCCEEDED
+    logs = task.logs()
+    assert {" ".join(ln.split(" ", 2)[:2]) for ln in logs} == {"[Node 0]", "[Node 1]"}
+    node_1_logs = task.logs(node=1)
+    assert node_1_logs and all(ln.startswith("[Node 1] [") for ln in node_1_logs)
+    assert any("Node 1/2 - Master: " in ln for ln in node_1_logs)
+    streamed = [line for line in task.logs(follow=True)]  # ends with the task
+    assert streamed == logs
 
 
 # -- "Shared storage": file volumes seen by every node ----------------------------------------
@@ -197,23 +235,6 @@ def test_s3_mount_through_flow_run_reads_the_simulated_clouds_s3(
     for node in (0, 1):
         [line] = [ln for ln in again.logs(node=node) if "read " in ln]
         assert f"read {ROWS} rows from " in line and "(part-0.csv)" in line
-
-
-# -- "Log aggregation": get_task(id).logs(), logs(node=1), logs(follow=True) -------------------
-
-
-def test_logs_of_a_task_found_by_id_every_node_one_node_and_followed() -> None:
-    task = distributed_training.spawn()
-    assert task.wait(timeout=180) is TaskStatus.SUCCEEDED
-    flow = Flow()
-    task = flow.get_task(task.task_id)
-    logs = task.logs()
-    assert {" ".join(ln.split(" ", 2)[:2]) for ln in logs} == {"[Node 0]", "[Node 1]"}
-    node_1_logs = task.logs(node=1)
-    assert node_1_logs and all(ln.startswith("[Node 1] [") for ln in node_1_logs)
-    assert any("Node 1/2 - Master: " in ln for ln in node_1_logs)
-    streamed = [line for line in task.logs(follow=True)]  # ends with the task
-    assert streamed == logs
 
 
 # -- "Cost protection": the caps, read back from the task -------------------------------------

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from flow_sdk import FlowApp, procs, wire
 from flow_sdk.client.pools import Pool, pool_up
 from flow_sdk.errors import PoolMismatchError
 from flow_sdk.wire import signing
-from flow_sdk.wire.pools import Assignment, assignment_key
+from flow_sdk.wire.pools import Assignment, assignment_key, sequence_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -54,9 +55,11 @@ def _leave_traces(tag: str) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(prefix="flow-left-", delete=False) as fh:
         fh.write(tag.encode())
     os.environ["FLOW_TEST_LEFT"] = tag
+    # (the grandchild holds none of the worker's output: the agent would wait 5 s for it)
     detached = subprocess.Popen(
         [sys.executable, "-c", "import os, subprocess, sys, time; os.setsid(); "
-         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+         "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
          "print(p.pid, flush=True)"], stdout=subprocess.PIPE, text=True)
     grandchild = int(detached.stdout.readline())
     detached.wait()
@@ -124,62 +127,6 @@ def test_tasks_run_warm_store_their_code_once_and_leave_nothing_behind(
 def _instance_records(flow_home: Path, pool_id: str) -> list[dict[str, Any]]:
     folder = flow_home / "local" / "instances" / pool_id
     return [json.loads(p.read_text()) for p in sorted(folder.glob("i-*.json"))]
-
-
-def test_a_task_not_sealed_with_the_pools_secret_is_refused(flow_home: Path,
-                                                            tmp_path: Path) -> None:
-    pool = pool_up("sealed", num_instances=1, idle_stop="10m")
-    try:
-        [node] = pool.instances()
-        forger = signing.new_secret()  # not the pool's
-        task_id = f"{pool.pool_id}.forged-1"
-        key = assignment_key(pool.pool_id, node.instance_id, 0)
-        signing.SignedStore(pool.provider.store, signing.secret_from_hex(forger)).put_record(
-            key, Assignment(0, task_id, "run", signing.seal_secret(
-                signing.secret_from_hex(forger), key, bytes(32)), time.time()))
-        boot = flow_home / "local" / "logs" / pool.pool_id / f"boot.{node.instance_id}.log"
-        wait_until(lambda: "refused assignment 0" in boot.read_text(), 30, "the refusal")
-        assert not (Path(_instance_records(flow_home, pool.pool_id)[0]["workdir"], "tasks",
-                         task_id)).exists()
-        # the pool goes on serving its own tasks, after the refused number
-        ok = app.function(pool="sealed", quiet=True)(_allreduce)
-        assert ok.remote(1.0)["sum"] == 1.0
-    finally:
-        pool.down()
-
-
-def test_a_task_that_does_not_fit_names_the_mismatch_and_launches_nothing() -> None:
-    pool = pool_up("small", num_instances=1, idle_stop="10m")
-    try:
-        big = app.function(num_instances=3, spares=1, pool="small", quiet=True)(_allreduce)
-        with pytest.raises(PoolMismatchError) as info:
-            big.spawn(0.0)
-        assert sorted(info.value.fields) == ["num_instances", "spares"]
-        assert "pool 'small' has 1" in str(info.value)
-        mounts = app.function(pool="small", volumes={"/shared/ckpt": "ckpt"},
-                              quiet=True)(_allreduce)
-        with pytest.raises(PoolMismatchError) as info:
-            mounts.spawn(0.0)
-        [problem] = info.value.problems
-        assert problem.field == "volumes"
-        assert ("make the pool again with them, `flow pool down small` then `flow pool up "
-                "small -N 1 --idle-stop 10m --volume /shared/ckpt=ckpt`") in problem.message
-        assert pool.provider.store.list(f"tasks/{pool.pool_id}/sequence/") == []
-    finally:
-        pool.down()
-
-
-def test_a_task_that_sets_start_up_variables_falls_back_to_a_cold_start() -> None:
-    pool = pool_up("envs", num_instances=1, idle_stop="10m")
-    try:
-        seeded = app.function(pool="envs", environment={"PYTHONHASHSEED": "7"},
-                              quiet=True)(_allreduce)
-        task = seeded.spawn(3.0)
-        assert task.result(timeout=120)["sum"] == 3.0
-        assert any("cold start" in line and "PYTHONHASHSEED" in line
-                   for line in _agent_lines(task))
-    finally:
-        pool.down()
 
 
 def test_idle_nodes_stop_themselves_and_gc_then_forgets_nothing_live(flow_home: Path) -> None:
@@ -252,3 +199,87 @@ def test_a_spare_takes_a_lost_nodes_rank_and_training_ends_with_the_same_weights
         assert any("takes" in line and spare in line for line in task.logs(source="agent"))
     finally:
         pool.down()
+
+
+# -- one 1-node pool serves the three tests below (they come last, so it stops with the module)
+
+
+@pytest.fixture(scope="module")
+def _small_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pool]]:
+    """A 1-node pool under a FLOW_HOME of its own, brought up once for the tests that each
+    need one idle node; down (and nothing of it left running) after the last of them."""
+    home = tmp_path_factory.mktemp("small-pool-home")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FLOW_HOME", str(home))
+        pool = pool_up("small", num_instances=1, idle_stop="10m")
+    try:
+        yield home, pool
+    finally:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("FLOW_HOME", str(home))
+            pool.down()
+        wait_until(lambda: procs.pids_with_env("FLOW_HOME", [str(home)]) == [], 10,
+                   "the small pool's processes to end")
+
+
+@pytest.fixture
+def small(_small_pool: tuple[Path, Pool], monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pool]:
+    """The shared 1-node pool "small", with this test's FLOW_HOME set to the pool's."""
+    home, pool = _small_pool
+    monkeypatch.setenv("FLOW_HOME", str(home))
+    return home, pool
+
+
+def _next_number(pool: Pool) -> int:
+    """The place in the pool's order its next task takes: after every claim so far."""
+    return len(pool.provider.store.list(sequence_prefix(pool.pool_id)))
+
+
+def test_a_task_not_sealed_with_the_pools_secret_is_refused(
+        small: tuple[Path, Pool]) -> None:
+    home, pool = small
+    [node] = pool.instances()
+    number = _next_number(pool)  # the assignment the node would serve next
+    forger = signing.new_secret()  # not the pool's
+    task_id = f"{pool.pool_id}.forged-{number + 1}"
+    key = assignment_key(pool.pool_id, node.instance_id, number)
+    signing.SignedStore(pool.provider.store, signing.secret_from_hex(forger)).put_record(
+        key, Assignment(number, task_id, "run", signing.seal_secret(
+            signing.secret_from_hex(forger), key, bytes(32)), time.time()))
+    boot = home / "local" / "logs" / pool.pool_id / f"boot.{node.instance_id}.log"
+    wait_until(lambda: f"refused assignment {number}" in boot.read_text(), 30, "the refusal")
+    assert not (Path(_instance_records(home, pool.pool_id)[0]["workdir"], "tasks",
+                     task_id)).exists()
+    # the pool goes on serving its own tasks, after the refused number
+    ok = app.function(pool="small", quiet=True)(_allreduce)
+    assert ok.remote(1.0)["sum"] == 1.0
+
+
+def test_a_task_that_does_not_fit_names_the_mismatch_and_launches_nothing(
+        small: tuple[Path, Pool]) -> None:
+    _, pool = small
+    claims = pool.provider.store.list(sequence_prefix(pool.pool_id))
+    big = app.function(num_instances=3, spares=1, pool="small", quiet=True)(_allreduce)
+    with pytest.raises(PoolMismatchError) as info:
+        big.spawn(0.0)
+    assert sorted(info.value.fields) == ["num_instances", "spares"]
+    assert "pool 'small' has 1" in str(info.value)
+    mounts = app.function(pool="small", volumes={"/shared/ckpt": "ckpt"},
+                          quiet=True)(_allreduce)
+    with pytest.raises(PoolMismatchError) as info:
+        mounts.spawn(0.0)
+    [problem] = info.value.problems
+    assert problem.field == "volumes"
+    assert ("make the pool again with them, `flow pool down small` then `flow pool up "
+            "small -N 1 --idle-stop 10m --volume /shared/ckpt=ckpt`") in problem.message
+    assert pool.provider.store.list(sequence_prefix(pool.pool_id)) == claims  # no new task
+
+
+def test_a_task_that_sets_start_up_variables_falls_back_to_a_cold_start(
+        small: tuple[Path, Pool]) -> None:
+    seeded = app.function(pool="small", environment={"PYTHONHASHSEED": "7"},
+                          quiet=True)(_allreduce)
+    task = seeded.spawn(3.0)
+    assert task.result(timeout=120)["sum"] == 3.0
+    assert any("cold start" in line and "PYTHONHASHSEED" in line
+               for line in _agent_lines(task))

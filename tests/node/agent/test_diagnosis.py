@@ -26,7 +26,8 @@ app = FlowApp("diagnosis")
 GANG = {"num_instances": 2, "workers_per_node": 2, "quiet": True}
 
 
-def _rank_2_sleeps(sleep_s: float) -> int:
+def _rank_2_sleeps(sleep_s: float, flag: str | None = None) -> int:
+    import os
     import time
 
     import torch
@@ -40,8 +41,10 @@ def _rank_2_sleeps(sleep_s: float) -> int:
         dist.all_reduce(value)
         current.step(step)
     print(f"rank {dist.get_rank()} at the last all-reduce", flush=True)
-    if dist.get_rank() == 2:
-        time.sleep(sleep_s)  # in user code, while the others wait in the all-reduce
+    if dist.get_rank() == 2:  # in user code, while the others wait in the all-reduce
+        until = time.monotonic() + sleep_s
+        while time.monotonic() < until and not (flag and os.path.exists(flag)):
+            time.sleep(0.1)
     dist.all_reduce(value)
     world = dist.get_world_size()
     dist.destroy_process_group()
@@ -63,12 +66,17 @@ def test_a_stalled_rank_is_named_from_four_stacks_and_fails_the_task() -> None:
     assert [d.rank for d in dumps if d.in_collective()] == [0, 1, 3]
 
 
-def test_a_stall_warns_shows_stacks_on_demand_and_the_task_goes_on() -> None:
+def test_a_stall_warns_shows_stacks_on_demand_and_the_task_goes_on(tmp_path: Path) -> None:
     warns = app.function(**GANG, stall_timeout="3s", on_stall="warn")(_rank_2_sleeps)
-    task = warns.spawn(9.0)
-    wait_until(lambda: sum("at the last all-reduce" in ln for ln in task.logs()) == 4, 90,
-               "every rank at the last all-reduce")
-    stacks = task.stacks()
+    flag = tmp_path / "go"  # rank 2 sleeps until the stall was warned and its stacks shown
+    task = warns.spawn(120.0, str(flag))
+    try:
+        wait_until(lambda: sum("at the last all-reduce" in ln for ln in task.logs()) == 4, 90,
+                   "every rank at the last all-reduce")
+        stacks = task.stacks()
+        wait_until(lambda: task_stalls(task), 60, "the stall's warning", interval=0.2)
+    finally:
+        flag.touch()
     assert sorted(stacks.by_rank()) == [0, 1, 2, 3] and stacks.odd_ranks == [2]
     assert "stands apart" in str(stacks)
     assert task.result(timeout=120) == 4

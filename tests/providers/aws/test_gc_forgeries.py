@@ -5,23 +5,26 @@ lease on a pool) makes it reclaim nothing, and no forged lease becomes a signed 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_moto_world import TEST_SECRET, AwsWorld, launch_ids, spec
+from click.testing import CliRunner
 from flow_testing import wait_until
 
 from flow_sdk import FlowApp, TaskStatus, lifecycle, tasksecrets, wire
 from flow_sdk._config import flow_home
+from flow_sdk.cli import main
 from flow_sdk.client.pools import pool_up
 from flow_sdk.wire import LaunchLease, Outcome, TaskRecord, signing
 
 FORGED_IDS = ("j-outcome", "j-lease", "j-age", "j-no-record", "j-replay")
+
+# Each poll of a wait here asks the moto server (which runs in this process) or reads /proc:
+# at wait_until's default 20 per second, the polling alone costs seconds of CPU a test.
+POLL_S = 0.5
 
 
 def _unsealed(provider: Any, key: str, record: Any) -> None:
@@ -88,10 +91,10 @@ def _waits(started: str, release: str) -> int:
 
 
 def _flow_gc() -> list[dict[str, Any]]:
-    done = subprocess.run([sys.executable, "-c", "from flow_sdk.cli import main; main()",
-                           "gc", "--json"], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ))
-    assert done.returncode == 0, done.stdout + done.stderr
+    """``flow gc --json``: the command itself, run in this process (no interpreter to start);
+    it judges from what this machine's flow directory and the store hold, as a new one would."""
+    done = CliRunner().invoke(main, ["gc", "--json"])
+    assert done.exit_code == 0 and done.exception is None, done.output
     return [entry for entry in json.loads(done.stdout) if entry.get("provider") == "aws-sim"]
 
 
@@ -99,14 +102,18 @@ def _flow_gc() -> list[dict[str, Any]]:
 def test_forged_leases_and_records_leave_the_task_and_the_pool_running(
         aws: AwsWorld, tmp_path: Path) -> None:
     config = aws.sim_config()
-    pool = pool_up("kept", provider="aws-sim", provider_config=config, num_instances=1,
-                   idle_stop="30m")
+    app = FlowApp("gc-forgeries", provider="aws-sim", provider_config=config)
+    started, release = tmp_path / "started", tmp_path / "release"
+    task = app.function(max_run_time_hours=1.0, priority="high", quiet=True)(
+        _waits).spawn(str(started), str(release))  # it boots while the pool comes up
     try:
-        app = FlowApp("gc-forgeries", provider="aws-sim", provider_config=config)
-        started, release = tmp_path / "started", tmp_path / "release"
-        task = app.function(max_run_time_hours=1.0, priority="high", quiet=True)(
-            _waits).spawn(str(started), str(release))
-        wait_until(started.exists, 180, "the task's function to run")
+        pool = pool_up("kept", provider="aws-sim", provider_config=config, num_instances=1,
+                       idle_stop="30m")
+    except BaseException:
+        task.cancel()
+        raise
+    try:
+        wait_until(started.exists, 180, "the task's function to run", 0.1)
         store = task.provider.store
         record_key = wire.task_key(task.task_id)
         lease_key = wire.launch_lease_key(task.task_id)
@@ -147,7 +154,9 @@ def test_forged_leases_and_records_leave_the_task_and_the_pool_running(
         assert task.result(timeout=180) == 42
         assert task.status is TaskStatus.SUCCEEDED
         wait_until(lambda: [m.state for m in pool.members().values()] == ["idle"], 60,
-                   "the pool's node idle again")
+                   "the pool's node idle again", POLL_S)
     finally:
+        if not task.status.is_terminal:
+            task.cancel()
         pool.down()
-    wait_until(lambda: aws.non_terminated() == [], 60, "every instance terminated")
+    wait_until(lambda: aws.non_terminated() == [], 60, "every instance terminated", POLL_S)

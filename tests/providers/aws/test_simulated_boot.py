@@ -26,6 +26,10 @@ from flow_sdk.sim import INSTANCE_ENV, AwsSimProvider
 
 pytestmark = pytest.mark.slow
 
+# Each poll of a wait here asks the moto server (which runs in this process) or reads /proc:
+# at wait_until's default 20 per second, the polling alone costs seconds of CPU a test.
+POLL_S = 0.5
+
 
 def package_digest() -> str:
     """SHA-256 over the files of the flow_sdk package this process imports."""
@@ -81,9 +85,14 @@ def test_two_nodes_boot_the_callers_sdk_by_digest_even_60s_apart_and_match_local
     # the second instance boots 60 s late (a slow image pull): the availability clock starts
     # at the first agent up, so it still joins
     fn = _sim(aws, boot_delay_s=[0, 60]).function(num_instances=2, priority="high")(_whoami)
+    local = FlowApp("boot-local", provider="local").function(num_instances=2)(_whoami)
     started = time.monotonic()
     task = fn.spawn(1000)
-    results = results_or_cancel(task, 300)
+    local_task = local.spawn(1000)  # runs while the late node waits
+    try:
+        results = results_or_cancel(task, 300)
+    finally:
+        local_results = results_or_cancel(local_task, 120)
     assert task.status is TaskStatus.SUCCEEDED
     assert time.monotonic() - started >= 60
     mine = package_digest()
@@ -99,8 +108,6 @@ def test_two_nodes_boot_the_callers_sdk_by_digest_even_60s_apart_and_match_local
     # the late node boots from the SDK environment already built for this wheel's digest
     assert any(line.startswith("[Node 1]") and "environment for this wheel is already on this "
                "machine" in line for line in task.logs(source="boot"))
-    local = FlowApp("boot-local", provider="local").function(num_instances=2)(_whoami)
-    local_results = local.spawn(1000).results(timeout=120)
 
     def shape(rows: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
         return [(r["rank"], r["world"], r["value"]) for r in rows]
@@ -185,13 +192,13 @@ def test_the_runtime_cap_timer_terminates_the_instance_with_the_caller_gone(
     assert caller.returncode == 0, caller.stderr
     task_id = caller.stdout.split()[-1]  # the caller has exited: nobody will cancel the task
     wait_until(lambda: aws.non_terminated() == [] and aws.instances() != [], 150,
-               "the node's power-off timer to terminate its instance")
+               "the node's power-off timer to terminate its instance", POLL_S)
     instance_log = next((aws.sim_root / "nodes" / task_id).glob("i-*/instance.log"), None)
     if instance_log is not None:  # still on disk until the provider tidies the task
         assert "terminated through EC2 (the node powered off)" in instance_log.read_text()
     wait_until(lambda: not [p for p in Path("/proc").iterdir()
                             if p.name.isdigit() and _tagged(p, task_id)], 30,
-               "every process of the instance to stop")
+               "every process of the instance to stop", POLL_S)
     assert _mounts_under(aws.sim_root) == []
 
 
@@ -251,7 +258,7 @@ def _keep(text: str) -> dict[str, Any]:
 
 def test_an_ebs_volume_is_formatted_once_and_keeps_its_data(aws: AwsWorld) -> None:
     volume = {"/scratch": {"name": "scratch", "size_gb": 1, "interface": "block"}}
-    fn = _sim(aws).function(num_instances=1, priority="high", volumes=volume)(_keep)
+    fn = _sim(aws).function(num_instances=1, priority="high", volumes=volume, quiet=True)(_keep)
     assert fn.remote("first ") == {"before": "", "mount": True}
     [made] = aws.client("ec2").describe_volumes(
         Filters=[{"Name": "tag:flow:volume", "Values": ["scratch"]}])["Volumes"]
@@ -260,7 +267,7 @@ def test_an_ebs_volume_is_formatted_once_and_keeps_its_data(aws: AwsWorld) -> No
     assert fn.remote("second") == {"before": "first ", "mount": True}  # not formatted again
     assert _mounts_under(aws.sim_root) == []
     wait_until(lambda: str(aws.sim_root) not in _loops(), 15,
-               "the volume's loop device to be detached")
+               "the volume's loop device to be detached", POLL_S)
 
 
 def _loops() -> str:
@@ -273,7 +280,7 @@ def test_a_blank_ebs_volume_flow_did_not_create_is_never_formatted(aws: AwsWorld
     ec2.create_volume(AvailabilityZone=zone, Size=1, TagSpecifications=[
         {"ResourceType": "volume", "Tags": [{"Key": "flow:volume", "Value": "theirs"}]}])
     volume = {"/scratch": {"name": "theirs", "size_gb": 1, "interface": "block"}}
-    fn = _sim(aws).function(num_instances=1, priority="high", volumes=volume)(_keep)
+    fn = _sim(aws).function(num_instances=1, priority="high", volumes=volume, quiet=True)(_keep)
     with pytest.raises(TaskFailedError, match="was not formatted"):
         fn.remote("x")
     assert aws.non_terminated() == []

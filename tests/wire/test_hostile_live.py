@@ -59,6 +59,19 @@ def _hold_idle(address: str, port: int, count: int, held: list[socket.socket],
             time.sleep(0.01)
 
 
+def _throw_frames(address: str, port: int, rng: random.Random, count: int,
+                  taken: list[bool], stop: threading.Event) -> None:
+    """Throw ``count`` handshake frames at the head job's listener from the moment it opens:
+    it admits connections only until every worker has joined, moments later."""
+    while not stop.is_set():
+        try:
+            socket.create_connection((address, port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.005)
+    taken.extend(_throw(address, port, _frame(rng)) for _ in range(count))
+
+
 def _junk(rng: random.Random) -> bytes:
     """Random bytes, a random JSON document, deep brackets or a long line."""
     kind = rng.randrange(4)
@@ -130,6 +143,11 @@ def test_a_head_job_under_idle_connections_and_seeded_fuzz_succeeds(tmp_path: Pa
     holders = [threading.Thread(target=_hold_idle, daemon=True,
                                 args=(leader.address, port, IDLE_PER_LISTENER, held, stop))
                for port in listeners]
+    taken: list[bool] = []  # the frames, thrown from a thread of their own (their own seed)
+    thrower = threading.Thread(target=_throw_frames, daemon=True,
+                               args=(leader.address, record.master_port,
+                                     random.Random(SEED + 1), 60, taken, stop))
+    thrower.start()
     for holder in holders:
         holder.start()
     try:
@@ -138,8 +156,8 @@ def test_a_head_job_under_idle_connections_and_seeded_fuzz_succeeds(tmp_path: Pa
             holder.join(timeout=30)
         assert len(held) == IDLE_PER_LISTENER * len(listeners)  # held all along
         packets = sum(_throw(leader.address, record.rdzv_port, _junk(rng)) for _ in range(60))
-        frames = sum(_throw(leader.address, record.master_port, _frame(rng))
-                     for _ in range(60))
+        thrower.join(timeout=60)
+        frames = sum(taken)
         records = _records(rng, task.provider.store, task.task_id)
         flag.touch()
         assert packets and frames and records > 50, (packets, frames, records)

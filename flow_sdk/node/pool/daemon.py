@@ -58,7 +58,7 @@ from flow_sdk.wire.pools import (
     pool_key,
 )
 
-POLL_MIN_S = 0.02  # how often an idle node looks for work within FAST_WINDOW_S of a task
+POLL_MIN_S = 0.05  # how often an idle node looks for work within FAST_WINDOW_S of a task
 POLL_MAX_S = 0.25  # ... and after that (a listing of the store costs a request)
 FAST_WINDOW_S = 120.0  # edit, run, look: the next task usually comes within minutes
 OUTCOME_CHECK_S = 0.5

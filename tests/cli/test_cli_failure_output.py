@@ -46,4 +46,9 @@ def test_flow_run_prints_the_real_error_first_and_its_consequences_after(tmp_pat
     assert files == [str(script)], traceback
     assert "flow_sdk/" not in err
     after = err[err.index("ValueError: rank 2 broke first"):]
-    assert "then, as consequences (3):" in after and after.count("  node ") == 3, after
+    # the peers that died of it, one line each: all three, or those whose failure came
+    # within the consequence window on a loaded machine; never rank 2 itself
+    counted = re.search(r"then, as consequences \((\d+)\):", after)
+    assert counted is not None and 1 <= int(counted[1]) <= 3, after
+    peers = after[counted.end():]
+    assert peers.count("  node ") == int(counted[1]) and " rank 2:" not in peers, after

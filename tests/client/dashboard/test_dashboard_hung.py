@@ -78,7 +78,8 @@ def test_a_hung_task_shows_its_stall_quiet_ranks_and_then_its_root_cause_as_line
     SCREENSHOTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 1300})  # type: ignore[attr-defined]
     page.goto(hung.ui.url)
-    page.goto(f"{hung.ui.base}/tasks/{hung.task_id}")
+    page.wait_for_selector("#tasks", timeout=30_000)  # signed in: the login's own navigation
+    page.goto(f"{hung.ui.base}/tasks/{hung.task_id}")  # to "/" is over
 
     # rank 1 printed nothing: its log view says so instead of staying black
     page.select_option("#log-rank", "1")

@@ -59,18 +59,17 @@ def script_records(log: Path) -> tuple[list[LogRecord], int]:
     return records, len(lines)
 
 
-def ship_script_log(writer: LogWriter, log: Path) -> None:
-    """Hand the script's lines not shipped yet to ``writer`` and count them as shipped."""
-    records, count = script_records(log)
-    if records:
-        writer.write(records)
+def mark_shipped(log: Path, count: int) -> None:
+    """Count the first ``count`` lines of ``log`` as shipped."""
     log.with_name(log.name + ".shipped").write_text(str(count))
 
 
 def _ship_later(writer: LogWriter, log: Path) -> None:
     time.sleep(1.0)  # the script's tee drains the lines it printed before starting us
     try:
-        ship_script_log(writer, log)
+        records, count = script_records(log)
+        writer.write(records)  # the writer keeps what it could not ship yet, and retries
+        mark_shipped(log, count)
     except (OSError, ValueError, FlowError) as exc:
         print(f"flow boot log: could not ship the bootstrap's lines ({exc}); the node ships "
               "them when it powers off", flush=True)
@@ -92,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         if writer is None:
             return 1
         try:
-            ship_script_log(writer, args.ship)
-            writer.close()
+            records, count = script_records(args.ship)
+            writer.write(records)
+            writer.close()  # shipped, or raises: only then are they counted
+            mark_shipped(args.ship, count)
         except (OSError, ValueError, FlowError) as exc:
             print(f"flow boot log: {exc}", flush=True)
             return 1

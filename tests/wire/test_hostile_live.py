@@ -1,15 +1,16 @@
 """A live head-only job (``run_on="head"``) under attack by someone without the task's secret:
-idle connections held on every listener from the moment it opens, then seeded random bytes,
-handshake frames and store lines thrown at its store and head-job ports, and seeded random
-records written into its store. The job still SUCCEEDS with its real result, and no agent
-crashed."""
+idle connections held on its store's listener from the moment it opens, then seeded random
+bytes and store lines thrown at it, and seeded random records written into its store. The job
+still SUCCEEDS with its real result, and no agent crashed. (The head job's own listener admits
+connections only until every worker has joined, moments after start: the attack on it, idle
+connections and seeded handshake frames before the workers join, is in
+``tests/node/headjob/test_headjob.py``, where the test decides when the worker joins.)"""
 
 from __future__ import annotations
 
 import json
 import random
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 app = FlowApp("hostile")
 SEED = 20261125
-IDLE_PER_LISTENER = 3
+IDLE = 3  # connections that never say a word, held for the job's life
 
 
 def _times_ten(value: int) -> int:
@@ -52,24 +53,11 @@ def head_call(flag: str) -> list[int]:
 def _hold_idle(address: str, port: int, count: int, held: list[socket.socket],
                stop: threading.Event) -> None:
     """Connect ``count`` times to a listener as soon as it opens and say nothing."""
-    while len([s for s in held if s.getpeername()[1] == port]) < count and not stop.is_set():
+    while len(held) < count and not stop.is_set():
         try:
             held.append(socket.create_connection((address, port), timeout=1))
         except OSError:
             time.sleep(0.01)
-
-
-def _throw_frames(address: str, port: int, rng: random.Random, count: int,
-                  taken: list[bool], stop: threading.Event) -> None:
-    """Throw ``count`` handshake frames at the head job's listener from the moment it opens:
-    it admits connections only until every worker has joined, moments later."""
-    while not stop.is_set():
-        try:
-            socket.create_connection((address, port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.005)
-    taken.extend(_throw(address, port, _frame(rng)) for _ in range(count))
 
 
 def _junk(rng: random.Random) -> bytes:
@@ -86,26 +74,23 @@ def _junk(rng: random.Random) -> bytes:
     return b"x" * rng.randrange(10_000, 200_000)
 
 
-def _frame(rng: random.Random) -> bytes:
-    """A head-job handshake answer (rank, proof, nonce) without the key, or random bytes."""
-    if rng.random() < 0.5:
-        return struct.pack("!Q", rng.choice([0, 1, 2, 2**63])) + rng.randbytes(48)
-    return rng.randbytes(rng.randrange(1, 256))
-
-
 def _throw(address: str, port: int, message: bytes) -> bool:
-    """One connection, one message; whether the listener took the connection."""
+    """One connection, one message; whether the listener took the connection (a reset once
+    connected is the listener refusing the message it read: taken all the same)."""
     try:
-        with socket.create_connection((address, port), timeout=2) as sock:
+        sock = socket.create_connection((address, port), timeout=2)
+    except OSError:
+        return False  # nothing listens there (any more)
+    with sock:
+        try:
             sock.settimeout(0.5)
             sock.sendall(message + b"\n")
-            try:
-                sock.recv(1 << 16)
-            except TimeoutError:
-                pass  # the listener is waiting for more: the deadline will drop it
-        return True
-    except OSError:
-        return False  # reset mid-send: the listener refused the message
+            sock.recv(1 << 16)
+        except TimeoutError:
+            pass  # the listener is waiting for more: its deadline will drop it
+        except OSError:
+            pass  # reset: the listener dropped the message
+    return True
 
 
 def _records(rng: random.Random, store: ObjectStore, task_id: str) -> int:
@@ -137,30 +122,19 @@ def test_a_head_job_under_idle_connections_and_seeded_fuzz_succeeds(tmp_path: Pa
     task = head_call.spawn(str(flag))
     record = task.record()
     leader = min(task.provider.list_instances(task.task_id), key=lambda i: i.instance_id)
-    listeners = (record.rdzv_port, record.master_port)
     held: list[socket.socket] = []
     stop = threading.Event()
-    holders = [threading.Thread(target=_hold_idle, daemon=True,
-                                args=(leader.address, port, IDLE_PER_LISTENER, held, stop))
-               for port in listeners]
-    taken: list[bool] = []  # the frames, thrown from a thread of their own (their own seed)
-    thrower = threading.Thread(target=_throw_frames, daemon=True,
-                               args=(leader.address, record.master_port,
-                                     random.Random(SEED + 1), 60, taken, stop))
-    thrower.start()
-    for holder in holders:
-        holder.start()
+    holder = threading.Thread(target=_hold_idle, daemon=True,
+                              args=(leader.address, record.rdzv_port, IDLE, held, stop))
+    holder.start()
     try:
         wait_until(lambda: any("ready" in line for line in task.logs()), 90, "the head ready")
-        for holder in holders:
-            holder.join(timeout=30)
-        assert len(held) == IDLE_PER_LISTENER * len(listeners)  # held all along
+        holder.join(timeout=30)
+        assert len(held) == IDLE  # held all along
         packets = sum(_throw(leader.address, record.rdzv_port, _junk(rng)) for _ in range(60))
-        thrower.join(timeout=60)
-        frames = sum(taken)
         records = _records(rng, task.provider.store, task.task_id)
         flag.touch()
-        assert packets and frames and records > 50, (packets, frames, records)
+        assert packets and records > 50, (packets, records)
         assert task.result(timeout=120) == [40, 40]
     finally:
         stop.set()

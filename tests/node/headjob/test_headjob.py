@@ -3,6 +3,7 @@ worker's failure raised at the head, and torchrun's variables for a call's layou
 
 from __future__ import annotations
 
+import random
 import secrets
 import socket
 import struct
@@ -167,6 +168,53 @@ def test_idle_connections_to_the_head_do_not_keep_the_workers_out() -> None:
         pool.close()
         for thread in threads:
             thread.join(timeout=10)
+
+
+def _answer_without_the_key(rng: random.Random, nonce: bytes) -> bytes:
+    """A seeded handshake answer by someone without the key: a rank (in range or not) with a
+    random proof, a proof made for another nonce, or random bytes of any length."""
+    kind = rng.randrange(3)
+    rank = struct.pack("!Q", rng.choice([0, 1, 2, 2**63]))
+    if kind == 0:
+        return rank + rng.randbytes(32 + 16)
+    if kind == 1:  # a real worker's proof, replayed from another handshake
+        return rank + headjob._proof(KEY, rng.randbytes(16), 1) + rng.randbytes(16)
+    return rng.randbytes(rng.randrange(1, 200))
+
+
+def test_seeded_handshake_frames_before_the_workers_join_are_turned_away() -> None:
+    """While the head waits for its workers, frames without the key are closed without an
+    answer and admit no one; the worker that joins afterwards runs the call."""
+    rng = random.Random(20261128)
+    port = free_port()
+    pool = headjob.HeadPool(KEY, "127.0.0.1", port, 2, workers_per_node=1)
+    try:
+        for _ in range(40):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.settimeout(headjob.HANDSHAKE_S + 5)
+                nonce = headjob._read_exact(sock, 16)
+                frame = _answer_without_the_key(rng, nonce)
+                sock.sendall(frame)
+                if len(frame) < 8 + 32 + 16:
+                    sock.shutdown(socket.SHUT_WR)  # too short: the head sees the end
+                try:
+                    assert sock.recv(64) == b""  # closed, no head proof
+                except ConnectionResetError:
+                    pass  # closed with bytes of ours unread: as good as
+        assert not pool._links  # no one was admitted
+        serving = threading.Thread(target=_serve_as, args=(port, 1), daemon=True)
+        serving.start()
+        assert pool.run(_times_ten, (5,), [0, 1], timeout_s=30) == [50, 50]
+    finally:
+        pool.close()
+    serving.join(timeout=10)
+    assert not serving.is_alive()  # close() stopped it
+
+
+def _serve_as(port: int, rank: int) -> None:
+    link = headjob._connect(KEY, "127.0.0.1", port, rank)
+    with link.sock:
+        headjob._serve(link)
 
 
 def test_a_worker_refuses_a_head_without_the_key() -> None:

@@ -166,13 +166,13 @@ def _watch(task: Task, reporter: Reporter, source: str, logs_to_stderr: bool) ->
     if not above:  # the status line stays only where the logs can print above it
         reporter.stop()
     held = HeldTracebacks()
-    if not status.is_terminal:
-        for entry in task.log_entries(follow=True, source=source):  # type: ignore[arg-type]
-            for line in held.feed(entry):
-                if above:
-                    reporter.print_above(line)
-                else:
-                    click.echo(line, err=logs_to_stderr)
+    # a task that ended already (a short one, between two polls): its lines, then it stops
+    for entry in task.log_entries(follow=True, source=source):  # type: ignore[arg-type]
+        for line in held.feed(entry):
+            if above:
+                reporter.print_above(line)
+            else:
+                click.echo(line, err=logs_to_stderr)
     status = task.wait()
     reporter.stop()
     for line in held.end(failed=status is TaskStatus.FAILED):

@@ -181,7 +181,7 @@ def watch(task: Task, reporter: Reporter, stream: StreamChoice,
     if not above:
         reporter.stop()
     held = HeldTracebacks()  # a failure is reported once, by the error the caller gets
-    if not status.is_terminal and stream != "none":
+    if stream != "none":  # a task that ended already: its lines so far, then it stops
         rank = 0 if stream == "rank0" else None
         for entry in task.log_entries(follow=True, rank=rank):
             for line in held.feed(entry):
@@ -211,13 +211,15 @@ def wait_running(task: Task, reporter: Reporter) -> TaskStatus:
             reporter.phase(f"provisioning: {up}/{expected} nodes up")
         time.sleep(_POLL_S)
         status = task.status
-    if status is TaskStatus.RUNNING:
+    joined = len(task.nodes())
+    if status is TaskStatus.RUNNING or joined:  # a short task may end between two polls
         # the nodes passed the start barrier together: each one's record is there, though
         # the last may have joined between two polls
-        reporter.phase(f"rendezvous: {len(task.nodes())}/{expected} nodes joined")
+        reporter.phase(f"rendezvous: {joined}/{expected} nodes joined")
         reporter.phase(f"running on {expected} node(s)")
+    if status is TaskStatus.RUNNING:
         wait_workers(task, reporter, expected)
-    return status  # RUNNING even if it ended since: its logs are still to be shown
+    return status
 
 
 def wait_workers(task: Task, reporter: Reporter, expected: int) -> None:

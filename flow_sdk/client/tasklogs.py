@@ -17,7 +17,9 @@ from flow_sdk.providers.base import LogRecord, Provider
 
 LogSource = Literal["workers", "agent", "boot", "all"]
 LOG_SOURCES: tuple[LogSource, ...] = ("workers", "agent", "boot", "all")
-_FOLLOW_POLL_S = 0.05
+_FOLLOW_POLL_MIN_S = 0.05  # a follow reads again this soon after it found lines
+_FOLLOW_POLL_MAX_S = 0.5  # ... and backs off to this while none come (each read is a
+# request per stream on a cloud's log service, which limits them)
 _FOLLOW_STATUS_S = 0.5  # how often a follow asks whether the task ended
 # What a terminal acts on instead of showing: C0 but tab, DEL, C1, the Unicode line and
 # paragraph separators, and the bidirectional embeddings, overrides and isolates.
@@ -206,6 +208,7 @@ class TaskLogs:
         pending = []
         ended = False
         next_status = 0.0
+        delay = _FOLLOW_POLL_MIN_S
         while True:
             if time.monotonic() >= next_status:  # asked BEFORE the read: nothing is missed
                 ended = self._ended()
@@ -217,10 +220,11 @@ class TaskLogs:
             if new:
                 pending.extend(new)
                 pending.sort(key=_ts)  # nearly sorted already: linear
+            delay = _FOLLOW_POLL_MIN_S if new else min(delay * 1.5, _FOLLOW_POLL_MAX_S)
             cut = len(pending) if ended else bisect.bisect_right(
                 pending, read_at - settle, key=_ts)
             yield from pending[:cut]
             del pending[:cut]
             if ended:
                 return
-            time.sleep(_FOLLOW_POLL_S)
+            time.sleep(delay)

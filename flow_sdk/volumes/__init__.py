@@ -60,23 +60,53 @@ Also here: ``Volume`` objects and ``list_volumes``/``create_volume``/``delete_vo
 (``save_checkpoint``, ``latest_checkpoint``, ``load_checkpoint``).
 """
 
-from flow_sdk.volumes.api import (
-    Volume,
-    VolumeInfo,
-    create_volume,
-    delete_volume,
-    list_volumes,
-    volume_spec,
-)
-from flow_sdk.volumes.checkpoint import (
-    checkpoint_step,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-)
-from flow_sdk.volumes.errors import ReadOnlyMountError, VolumeError, VolumeInUseError
-from flow_sdk.volumes.node import MODE_ENV, MOUNTS_ENV, gc_mount_caches, prepare_volumes
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flow_sdk import _lazy
+
+if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``): a node's
+    # ``current`` needs only ``paths``
+    from flow_sdk.volumes.api import (
+        Volume,
+        VolumeInfo,
+        create_volume,
+        delete_volume,
+        list_volumes,
+        volume_spec,
+    )
+    from flow_sdk.volumes.checkpoint import (
+        checkpoint_step,
+        latest_checkpoint,
+        list_checkpoints,
+        load_checkpoint,
+        save_checkpoint,
+    )
+    from flow_sdk.volumes.errors import ReadOnlyMountError, VolumeError, VolumeInUseError
+    from flow_sdk.volumes.node import MODE_ENV, MOUNTS_ENV, gc_mount_caches, prepare_volumes
+
+_WHERE: dict[str, str] = {
+    "Volume": "flow_sdk.volumes.api",
+    "VolumeInfo": "flow_sdk.volumes.api",
+    "create_volume": "flow_sdk.volumes.api",
+    "delete_volume": "flow_sdk.volumes.api",
+    "list_volumes": "flow_sdk.volumes.api",
+    "volume_spec": "flow_sdk.volumes.api",
+    "checkpoint_step": "flow_sdk.volumes.checkpoint",
+    "latest_checkpoint": "flow_sdk.volumes.checkpoint",
+    "list_checkpoints": "flow_sdk.volumes.checkpoint",
+    "load_checkpoint": "flow_sdk.volumes.checkpoint",
+    "save_checkpoint": "flow_sdk.volumes.checkpoint",
+    "ReadOnlyMountError": "flow_sdk.volumes.errors",
+    "VolumeError": "flow_sdk.volumes.errors",
+    "VolumeInUseError": "flow_sdk.volumes.errors",
+    "MODE_ENV": "flow_sdk.volumes.node",
+    "MOUNTS_ENV": "flow_sdk.volumes.node",
+    "gc_mount_caches": "flow_sdk.volumes.node",
+    "prepare_volumes": "flow_sdk.volumes.node",
+}
+__getattr__, __dir__ = _lazy.exports(__name__, globals(), _WHERE)
 
 __all__ = [
     "MODE_ENV", "MOUNTS_ENV", "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInUseError",

@@ -4,15 +4,18 @@ and a restart appears as SDK lines, in the stream and in task.logs()."""
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from flow_testing import run_on_terminal
 
 from flow_sdk import FlowApp, TaskStatus
+from flow_sdk.client import progress
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +94,25 @@ def test_caller_options_are_validated_at_decoration() -> None:
         with pytest.raises(ValidationError, match=next(iter(bad))):
             app.function(**bad)(work)
     assert app.function(stream="all", quiet=True)(work).watch.stream == "all"
+
+
+@FlowApp("ended-early").function(num_instances=2, quiet=True, stream="all")
+def _says_hello() -> int:
+    import os
+    print(f"hello from rank {os.environ['RANK']}", flush=True)
+    return 1
+
+
+def test_a_task_that_ended_before_the_first_poll_still_shows_its_phases_and_lines() -> None:
+    """A short task can run and end between two polls of the phases: the caller is still shown
+    that it ran, and every line it printed."""
+    task = _says_hello.spawn()
+    deadline = time.monotonic() + 120
+    while not task.status.is_terminal and time.monotonic() < deadline:
+        time.sleep(0.1)
+    err, out = io.StringIO(), io.StringIO()
+    assert progress.watch(task, progress.Reporter(err=err), "all", out=out) \
+        is TaskStatus.SUCCEEDED
+    assert "running on 2 node(s)" in err.getvalue()
+    assert sorted(line.split("] ")[-1] for line in out.getvalue().splitlines()) == [
+        "hello from rank 0", "hello from rank 1"]

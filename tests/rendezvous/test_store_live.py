@@ -53,7 +53,7 @@ def _send_unauthenticated(host: str, port: int, data: bytes) -> bool:
         try:
             sock.sendall(data)
             return reader.read() == b""
-        except ConnectionResetError:
+        except (ConnectionResetError, BrokenPipeError):  # dropped mid-send (a line too long)
             return True
 
 

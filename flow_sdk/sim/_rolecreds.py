@@ -36,9 +36,15 @@ class RoleCredentials:
         self._role: tuple[str, str] | None = None  # (role name, role ARN)
         self._document: dict[str, str] | None = None
         self._expires: datetime.datetime | None = None
+        self._session: Any = None  # one boto3 session for EC2, IAM and STS: loaded once
 
     def _client(self, service: str) -> Any:
-        return make_client(service, self.region, endpoint_url=self.endpoint_url)
+        if self._session is None:
+            import boto3
+
+            self._session = boto3.session.Session()
+        return make_client(service, self.region, endpoint_url=self.endpoint_url,
+                           session=self._session)
 
     def _profile_role(self) -> tuple[str, str] | None:
         """The instance profile's role (name, ARN), or None when it runs without one."""

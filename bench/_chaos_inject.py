@@ -172,6 +172,9 @@ def fill(mount: Path) -> str:
 def _take_port(stage: Stage, deadline: float) -> bool:
     while not stage.stop.is_set() and time.monotonic() < deadline:
         port = stage.record_found()
+        if port is not None and port in [s.getsockname()[1] for s in stage.sockets]:
+            stage.note(f"port-taken: holding the store's port {port} since before the launch")
+            return True
         if port is not None:
             held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:

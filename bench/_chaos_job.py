@@ -144,6 +144,16 @@ def main(argv: list[str]) -> int:
         from flow_sdk.providers.aws import _lease
 
         _lease.TTL_S, _lease.RENEW_S = SIM_LEASE_TTL_S, SIM_LEASE_TTL_S / 4
+    if "rdzv_port" in plan:  # port-taken on local nodes: the port the harness holds
+        from flow_sdk import procs
+        from flow_sdk.providers.local import LocalProvider
+
+        taken = int(plan["rdzv_port"])
+
+        def ports(self: LocalProvider) -> tuple[int, int]:
+            return taken, procs.free_port()
+
+        LocalProvider.rendezvous_ports = ports  # type: ignore[method-assign]
     return Caller(plan).run()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -147,6 +148,20 @@ def events(home: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _port_held_first(sc: Scenario) -> socket.socket | None:
+    """For ``port-taken`` on local nodes (which share this machine's ports): a port this
+    harness holds before the launch, which the caller then picks for the task's store (as if
+    another process took it between the pick and the store's bind). Racing the store for a
+    port picked at launch is lost whenever the node starts faster than this harness looks.
+    Cloud nodes own their ports: there the strike still takes the port once it is known."""
+    if "port-taken" not in sc.kinds or sc.provider != "local":
+        return None
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("0.0.0.0", 0))
+    held.listen(1)
+    return held
+
+
 def _disk_target(sc: Scenario, home: Path) -> Path | None:
     if "disk-full" not in sc.kinds:
         return None
@@ -165,6 +180,9 @@ def run_scenario(bench: Bench, sc: Scenario, name: str | None = None) -> Result:
     if disk is not None:
         small_disk(disk, DISK_SIZE)
     plan = caller_plan(bench, sc, home)
+    held = _port_held_first(sc)
+    if held is not None:
+        plan["rdzv_port"] = held.getsockname()[1]
     (home / "plan.json").write_text(json.dumps(plan))
     if bench.proxy is not None:
         bench.proxy.book.arm([Rule(**f.rule) for f in sc.faults if f.rule])
@@ -175,6 +193,8 @@ def run_scenario(bench: Bench, sc: Scenario, name: str | None = None) -> Result:
                               env={**os.environ, "FLOW_HOME": str(home)})
     stage = Stage(sc, home, home / "marks", caller.pid, {os.getpid(), caller.pid},
                   finder.rdzv_port)
+    if held is not None:
+        stage.sockets.append(held)
     if bench.server is not None:
         stage.exclude.add(bench.server.pid)
     strikes = start_strikes(stage, disk, bound_of(sc))

@@ -288,3 +288,25 @@ def test_nothing_in_the_aws_provider_mentions_the_simulated_cloud() -> None:
                     path.read_text(encoding="utf-8").splitlines(), start=1)
                 if pattern.search(line)]
     assert mentions == []
+
+
+def _loaded_after(statement: str) -> list[str]:
+    """The modules of flow_sdk, pydantic, rich and boto3 a fresh interpreter holds after
+    ``statement``."""
+    probe = (f"{statement}; import sys; print('\\n'.join(sorted(m for m in sys.modules "
+             "if m.split('.')[0] in ('flow_sdk', 'pydantic', 'rich', 'boto3'))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True, cwd=REPO)
+    return done.stdout.split()
+
+
+def test_import_flow_sdk_loads_its_public_names_only_when_asked() -> None:
+    """Every node process imports the package: its public names come on first use, so a
+    worker pays for none of the client's modules (pydantic and rich among them)."""
+    assert _loaded_after("import flow_sdk") == ["flow_sdk", "flow_sdk._lazy", "flow_sdk._version"]
+    worker = _loaded_after("import flow_sdk.node.agent.worker")
+    assert not [m for m in worker if m.startswith(("flow_sdk.client", "pydantic", "rich",
+                                                   "boto3"))], worker
+    asked = _loaded_after("from flow_sdk import FlowApp, current, save_checkpoint")
+    assert {"flow_sdk.client.app", "flow_sdk.node.current", "flow_sdk.volumes.checkpoint"} \
+        <= set(asked)

@@ -8,11 +8,13 @@ client-side contract ignores is made inside a function, never at module level.
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +312,25 @@ def test_import_flow_sdk_loads_its_public_names_only_when_asked() -> None:
     asked = _loaded_after("from flow_sdk import FlowApp, current, save_checkpoint")
     assert {"flow_sdk.client.app", "flow_sdk.node.current", "flow_sdk.volumes.checkpoint"} \
         <= set(asked)
+
+
+@pytest.mark.parametrize("package", ["flow_sdk", "flow_sdk.volumes"])
+def test_a_lazy_packages_type_imports_run_time_map_and_all_name_the_same_things(
+        package: str) -> None:
+    """The names a type checker sees (the ``TYPE_CHECKING`` imports), the ones ``__getattr__``
+    imports (``_WHERE``) and ``__all__`` are written out apart; they must agree, module and
+    name."""
+    module = importlib.import_module(package)
+    source = Path(module.__file__ or "").read_text()
+    typed: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imported in node.body:
+                assert isinstance(imported, ast.ImportFrom) and imported.module
+                for alias in imported.names:
+                    name = alias.asname or alias.name
+                    value = getattr(module, name)
+                    typed[name] = (value.__name__ if isinstance(value, types.ModuleType)
+                                   else imported.module)  # a module, such as ``current``
+    assert typed == module._WHERE
+    assert sorted(module.__all__) == sorted(typed)

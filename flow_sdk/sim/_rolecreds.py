@@ -17,8 +17,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from flow_sdk.aws_clients import make_client
 from flow_sdk.errors import ProviderError
+from flow_sdk.providers.aws._clients import Clients
 
 DURATION_S = 3600  # STS's default session, and what a role allows unless raised
 RENEW_BEFORE_S = 900.0
@@ -36,15 +36,10 @@ class RoleCredentials:
         self._role: tuple[str, str] | None = None  # (role name, role ARN)
         self._document: dict[str, str] | None = None
         self._expires: datetime.datetime | None = None
-        self._session: Any = None  # one boto3 session for EC2, IAM and STS: loaded once
+        self._clients = Clients(endpoint_url)  # EC2, IAM and STS on one session, made once
 
     def _client(self, service: str) -> Any:
-        if self._session is None:
-            import boto3
-
-            self._session = boto3.session.Session()
-        return make_client(service, self.region, endpoint_url=self.endpoint_url,
-                           session=self._session)
+        return self._clients.get(service, self.region)
 
     def _profile_role(self) -> tuple[str, str] | None:
         """The instance profile's role (name, ARN), or None when it runs without one."""

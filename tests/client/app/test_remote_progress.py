@@ -8,11 +8,10 @@ import io
 import re
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
-from flow_testing import run_on_terminal
+from flow_testing import run_on_terminal, wait_until
 
 from flow_sdk import FlowApp, TaskStatus
 from flow_sdk.client import progress
@@ -107,9 +106,7 @@ def test_a_task_that_ended_before_the_first_poll_still_shows_its_phases_and_line
     """A short task can run and end between two polls of the phases: the caller is still shown
     that it ran, and every line it printed."""
     task = _says_hello.spawn()
-    deadline = time.monotonic() + 120
-    while not task.status.is_terminal and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: task.status.is_terminal, 120, "the task's end")
     err, out = io.StringIO(), io.StringIO()
     assert progress.watch(task, progress.Reporter(err=err), "all", out=out) \
         is TaskStatus.SUCCEEDED

@@ -24,19 +24,21 @@ from flow_sdk.spec import build_task_spec
 KEY = secrets.token_bytes(32)
 
 
+def _serve_as(port: int, rank: int) -> None:
+    """A worker of rank ``rank``: joins the head at ``port`` and serves its calls."""
+    link = headjob._connect(KEY, "127.0.0.1", port, rank)
+    with link.sock:
+        headjob._serve(link)
+
+
 @contextmanager
 def _pool(world_size: int) -> Iterator[headjob.HeadPool]:
     port = free_port()
     pool = headjob.HeadPool(KEY, "127.0.0.1", port, world_size, workers_per_node=1)
-    threads = []
-    for rank in range(1, world_size):
-        def serve(rank: int = rank) -> None:
-            link = headjob._connect(KEY, "127.0.0.1", port, rank)
-            with link.sock:
-                headjob._serve(link)
-        thread = threading.Thread(target=serve, daemon=True)
+    threads = [threading.Thread(target=_serve_as, args=(port, rank), daemon=True)
+               for rank in range(1, world_size)]
+    for thread in threads:
         thread.start()
-        threads.append(thread)
     try:
         yield pool
     finally:
@@ -151,11 +153,7 @@ def test_idle_connections_to_the_head_do_not_keep_the_workers_out() -> None:
     threads = []
     try:
         for rank in (1, 2):
-            def serve(rank: int = rank) -> None:
-                link = headjob._connect(KEY, "127.0.0.1", port, rank)
-                with link.sock:
-                    headjob._serve(link)
-            threads.append(threading.Thread(target=serve, daemon=True))
+            threads.append(threading.Thread(target=_serve_as, args=(port, rank), daemon=True))
             threads[-1].start()
         started = time.monotonic()
         assert pool.run(_times_ten, (3,), [0, 1, 2], timeout_s=30) == [30, 30, 30]
@@ -170,7 +168,7 @@ def test_idle_connections_to_the_head_do_not_keep_the_workers_out() -> None:
             thread.join(timeout=10)
 
 
-def _answer_without_the_key(rng: random.Random, nonce: bytes) -> bytes:
+def _answer_without_the_key(rng: random.Random) -> bytes:
     """A seeded handshake answer by someone without the key: a rank (in range or not) with a
     random proof, a proof made for another nonce, or random bytes of any length."""
     kind = rng.randrange(3)
@@ -192,8 +190,8 @@ def test_seeded_handshake_frames_before_the_workers_join_are_turned_away() -> No
         for _ in range(40):
             with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
                 sock.settimeout(headjob.HANDSHAKE_S + 5)
-                nonce = headjob._read_exact(sock, 16)
-                frame = _answer_without_the_key(rng, nonce)
+                headjob._read_exact(sock, 16)  # the head's nonce, which the frame ignores
+                frame = _answer_without_the_key(rng)
                 sock.sendall(frame)
                 if len(frame) < 8 + 32 + 16:
                     sock.shutdown(socket.SHUT_WR)  # too short: the head sees the end
@@ -209,12 +207,6 @@ def test_seeded_handshake_frames_before_the_workers_join_are_turned_away() -> No
         pool.close()
     serving.join(timeout=10)
     assert not serving.is_alive()  # close() stopped it
-
-
-def _serve_as(port: int, rank: int) -> None:
-    link = headjob._connect(KEY, "127.0.0.1", port, rank)
-    with link.sock:
-        headjob._serve(link)
 
 
 def test_a_worker_refuses_a_head_without_the_key() -> None:

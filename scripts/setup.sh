@@ -44,8 +44,8 @@ fi
 
 EXTRA=all
 [ "$DEV" = 1 ] && EXTRA=dev
-TOTAL=3
-[ "$DEV" = 1 ] && TOTAL=5
+TOTAL=4
+[ "$DEV" = 1 ] && TOTAL=6
 STEP=0
 # One line per step: "[2/3] what it does ...".
 step() {
@@ -111,6 +111,11 @@ else
   mapfile -t requirements < <("$PY" scripts/direct_requirements.py "$EXTRA")
   "$PY" -m pip install --upgrade "${requirements[@]}"
 fi
+# An editable install leaves the SDK's modules uncompiled, and an interpreter started with
+# PYTHONDONTWRITEBYTECODE (or without write access here) would compile them again in every
+# node agent, worker and `flow` command it starts: compile them once, now.
+step "byte-compiling the SDK's modules (python -m compileall flow_sdk) ..."
+run "$PY" -m compileall -q flow_sdk
 
 if [ "$DRY" = 1 ]; then
   echo "set-up: dry run, nothing installed"

@@ -44,14 +44,16 @@ def test_a_dry_run_prints_each_step_numbered_and_installs_nothing(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert WARNING not in done.stderr, done.stderr
     steps = _steps(done.stdout)
-    assert [s[:5] for s in steps] == ["[1/3]", "[2/3]", "[3/3]"], done.stdout
+    assert [s[:5] for s in steps] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], done.stdout
     # no torch in the fresh environment: the CPU pin is the first step, pip the command
-    assert steps[0].startswith("[1/3] torch CPU build (torch=="), steps
+    assert steps[0].startswith("[1/4] torch CPU build (torch=="), steps
     assert f"would run: {python} -m pip install torch==" in done.stdout
-    assert steps[1] == ("[2/3] flow-sdk from this checkout, with the 'all' extra "
+    assert steps[1] == ("[2/4] flow-sdk from this checkout, with the 'all' extra "
                         "(pip install -e '.[all]') ...")
     assert f"would run: {python} -m pip install -e .[all]" in done.stdout
-    assert steps[2].startswith("[3/3] the newest release of each direct dependency of 'all'")
+    assert steps[2].startswith("[3/4] the newest release of each direct dependency of 'all'")
+    assert steps[3] == "[4/4] byte-compiling the SDK's modules (python -m compileall flow_sdk) ..."
+    assert f"would run: {python} -m compileall -q flow_sdk" in done.stdout
     assert done.stdout.splitlines()[-1] == "set-up: dry run, nothing installed"
     # nothing was installed into it
     assert not list((tmp_path / "venv").glob("lib/python*/site-packages/*flow*"))
@@ -64,8 +66,8 @@ def test_outside_a_virtual_environment_it_warns_and_goes_on_but_not_on_ci() -> N
     assert f"setup.sh: warning: {python} {WARNING}" in done.stderr, done.stderr
     assert "python3 -m venv .venv && . .venv/bin/activate" in done.stderr
     steps = _steps(done.stdout)
-    assert [s[:5] for s in steps] == [f"[{i}/5]" for i in range(1, 6)], done.stdout
-    assert steps[0].startswith("[1/5] OpenSSH server") and steps[1].startswith("[2/5] Chromium")
+    assert [s[:5] for s in steps] == [f"[{i}/6]" for i in range(1, 7)], done.stdout
+    assert steps[0].startswith("[1/6] OpenSSH server") and steps[1].startswith("[2/6] Chromium")
     assert "with the 'dev' extra" in steps[3]
 
     on_ci = _setup(python, "--dev", "--dry-run", ci=True)

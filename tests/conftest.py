@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -21,11 +22,49 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+SLOW_UNTIMED_S = 5.0  # a test marked ``slow`` that the durations file does not list yet
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test's seconds (setup, call and teardown) of this run "
+                          f"to {DURATIONS.name}, for the order of the next runs")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Multi-process tests (marked ``slow``) first, in collection order otherwise. Runners
-    steal queued work from each other (``--dist worksteal``), so the long tests start early
-    and are spread out, instead of one of them running alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The longest tests first, by the seconds ``durations.json`` lists for them (tests marked
+    ``slow`` that it does not list yet count as a few seconds), in collection order otherwise.
+    Runners take their queued tests from the front and steal from the back of each other's
+    queues (``--dist worksteal``), so the long tests start early and the last ones to run are
+    short, instead of a long one running alone at the end. A stale file costs only time."""
+    seconds: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+
+    def expected(item: pytest.Item) -> float:
+        slow = item.get_closest_marker("slow") is not None
+        return seconds.get(item.nodeid, SLOW_UNTIMED_S if slow else 0.0)
+
+    items.sort(key=expected, reverse=True)
+
+
+_timed: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _timed[report.nodeid] = _timed.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With ``--store-durations``: the seconds of the tests this run ran, in place of what the
+    file said of them; it lists tests of at least a second. Written once, by the controller
+    (which sees every runner's reports)."""
+    if not session.config.getoption("store_durations") or hasattr(session.config,
+                                                                  "workerinput"):
+        return
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    seconds.update({nodeid: round(s, 1) for nodeid, s in _timed.items()})
+    long = {nodeid: s for nodeid, s in sorted(seconds.items()) if s >= 1.0}
+    DURATIONS.write_text(json.dumps(long, indent=0) + "\n")
 
 
 @pytest.fixture(autouse=True)

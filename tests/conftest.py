@@ -33,18 +33,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first, by the seconds ``durations.json`` lists for them (tests marked
-    ``slow`` that it does not list yet count as a few seconds), in collection order otherwise.
-    Runners take their queued tests from the front and steal from the back of each other's
-    queues (``--dist worksteal``), so the long tests start early and the last ones to run are
-    short, instead of a long one running alone at the end. A stale file costs only time."""
+    """The long tests shared out evenly among the runners, each runner's longest first.
+
+    ``--dist worksteal`` hands each runner one contiguous slice of this order at the start,
+    and a runner that runs dry steals from the back of the longest queue. So the tests, by
+    the seconds ``durations.json`` lists for them (tests marked ``slow`` that it does not
+    list yet count as a few seconds), are dealt out longest first like cards, one pile per
+    runner, and the piles put end to end: every slice starts with its share of the long
+    tests and ends with short ones. A stale file costs only time."""
     seconds: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
 
     def expected(item: pytest.Item) -> float:
         slow = item.get_closest_marker("slow") is not None
         return seconds.get(item.nodeid, SLOW_UNTIMED_S if slow else 0.0)
 
-    items.sort(key=expected, reverse=True)
+    runners = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    longest_first = sorted(items, key=expected, reverse=True)
+    items[:] = [item for pile in range(runners) for item in longest_first[pile::runners]]
 
 
 _timed: dict[str, float] = {}

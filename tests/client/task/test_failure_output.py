@@ -89,5 +89,10 @@ def test_remote_prints_the_real_error_first_and_no_sdk_frame_in_a_remote_traceba
     sdk_files = {Path(m["file"]).name for line in caller.splitlines()
                  if (m := _FRAME.match(line)) and "flow_sdk" in m["file"]}
     assert sdk_files <= {"app.py", "task.py"}, caller
-    notes = caller[caller.index("then, as consequences (3):"):].splitlines()
-    assert len(notes) == 4 and all(n.startswith("  node ") for n in notes[1:]), notes
+    # How many of the 3 peers raised their connection error before the gang was stopped
+    # depends on timing (under load rank 0 was sometimes stopped first): at least one did.
+    notes = caller[caller.index("then, as consequences ("):].splitlines()
+    counted = re.fullmatch(r"then, as consequences \(([123])\):", notes[0])
+    assert counted is not None and len(notes) == int(counted[1]) + 1, notes
+    assert all(re.match(r"  node [01] rank [013]: worker raised RuntimeError", n)
+               for n in notes[1:]), notes

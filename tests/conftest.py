@@ -1,4 +1,5 @@
-"""Shared fixtures: every test gets its own FLOW_HOME, and no process it started outlives it."""
+"""Shared fixtures: every test gets its own FLOW_HOME, and no process it started outlives it.
+And the suite's order: the long tests shared out among the runners (``durations.json``)."""
 
 from __future__ import annotations
 

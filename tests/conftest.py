@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import processes_with_env, wait_until  # noqa: F401  (re-exported)
+from flow_testing import dealt_longest_first, merged_durations, processes_with_env
+from flow_testing import wait_until  # noqa: F401  (re-exported)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,15 +43,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     list yet count as a few seconds), are dealt out longest first like cards, one pile per
     runner, and the piles put end to end: every slice starts with its share of the long
     tests and ends with short ones. A stale file costs only time."""
-    seconds: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-
-    def expected(item: pytest.Item) -> float:
-        slow = item.get_closest_marker("slow") is not None
-        return seconds.get(item.nodeid, SLOW_UNTIMED_S if slow else 0.0)
-
+    listed: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    seconds = {item.nodeid: listed.get(item.nodeid, SLOW_UNTIMED_S if
+                                       item.get_closest_marker("slow") else 0.0)
+               for item in items}
     runners = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    longest_first = sorted(items, key=expected, reverse=True)
-    items[:] = [item for pile in range(runners) for item in longest_first[pile::runners]]
+    by_id = {item.nodeid: item for item in items}
+    items[:] = [by_id[nodeid] for nodeid in dealt_longest_first(list(by_id), seconds, runners)]
 
 
 _timed: dict[str, float] = {}
@@ -67,10 +66,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not session.config.getoption("store_durations") or hasattr(session.config,
                                                                   "workerinput"):
         return
-    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    seconds.update({nodeid: round(s, 1) for nodeid, s in _timed.items()})
-    long = {nodeid: s for nodeid, s in sorted(seconds.items()) if s >= 1.0}
-    DURATIONS.write_text(json.dumps(long, indent=0) + "\n")
+    listed = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    DURATIONS.write_text(json.dumps(merged_durations(listed, _timed), indent=0) + "\n")
 
 
 @pytest.fixture(autouse=True)

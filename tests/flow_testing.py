@@ -18,6 +18,22 @@ from flow_sdk.procs import pids_with_env
 from flow_sdk.providers.local import LocalProvider
 
 
+def dealt_longest_first(names: Sequence[str], seconds: dict[str, float],
+                        runners: int) -> list[str]:
+    """``names`` sorted longest first by ``seconds`` (0 for a name it lacks; ties keep their
+    order), dealt like cards into one pile per runner, and the piles put end to end: the
+    suite's order for ``--dist worksteal``, which gives each runner one contiguous slice."""
+    longest_first = sorted(names, key=lambda name: seconds.get(name, 0.0), reverse=True)
+    return [name for pile in range(runners) for name in longest_first[pile::runners]]
+
+
+def merged_durations(listed: dict[str, float], timed: dict[str, float]) -> dict[str, float]:
+    """A durations file after a run: the seconds ``timed`` in place of what ``listed`` said of
+    those tests, rounded to 0.1 s, sorted by name, and only tests of at least a second."""
+    seconds = {**listed, **{name: round(s, 1) for name, s in timed.items()}}
+    return {name: s for name, s in sorted(seconds.items()) if s >= 1.0}
+
+
 def processes_with_env(key: str, value: str) -> list[int]:
     """PIDs of live processes (other than this one) whose environment has ``key=value``."""
     return pids_with_env(key, [value])

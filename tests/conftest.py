@@ -24,6 +24,12 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# moto builds its list of about 70 public images again for every EC2 backend it creates or
+# resets, a third of the CPU of the in-process aws tests: the tests and the moto servers they
+# start (they inherit it) use the one image of this file. moto reads the variable when its EC2
+# models are imported, so it is set before any test imports moto.
+os.environ.setdefault("MOTO_AMIS_PATH", str(Path(__file__).with_name("data") / "moto_amis.json"))
+
 DURATIONS = Path(__file__).with_name("durations.json")
 SLOW_UNTIMED_S = 5.0  # a test marked ``slow`` that the durations file does not list yet
 

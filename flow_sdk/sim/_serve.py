@@ -76,6 +76,10 @@ def _idle_exit(home: Path, activity: Activity, idle_s: float) -> None:
 
 def main(argv: list[str]) -> int:
     home, idle_s = Path(argv[0]), float(argv[1])
+    # The account has no public images: nodes boot from the image it registers itself
+    # (``_provider.image_id``), and moto would build its list of Amazon's images again for
+    # every EC2 backend it creates or resets.
+    os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     from moto.moto_server.threaded_moto_server import MotoRequestHandler, make_server
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise

@@ -121,6 +121,9 @@ def moto_server() -> Iterator[str]:
     """A moto server over HTTP on 127.0.0.1 (a free port); yields its URL."""
     from moto.server import ThreadedMotoServer
 
+    from flow_sdk.sim._gaps import list_services_once
+
+    list_services_once()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

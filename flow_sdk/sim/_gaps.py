@@ -10,6 +10,7 @@ and ``profile_for_every_instance``."""
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -117,12 +118,27 @@ def role_already_removed(original: Callable[[Any, str, str], None]
     return remove_role_from_instance_profile
 
 
+def list_services_once() -> None:
+    """moto's server lists the folders of its package at every request, to tell whether the
+    host name names a service: a tenth of a busy server's CPU. They do not change while it
+    runs: list them once (this process only; the tests' in-process servers take it too)."""
+    from moto import backends
+
+    original = backends.list_of_moto_modules
+    if hasattr(original, "cache_info"):  # already listed once in this process
+        return
+    backends.list_of_moto_modules = functools.cache(  # type: ignore[assignment]
+        lambda: tuple(original()))
+
+
 def install() -> None:
     """Give moto's EC2 responder the placement-group actions, and an instance profile on
-    every instance of a launch; answer a role removed twice as IAM does (this process
-    only)."""
+    every instance of a launch; answer a role removed twice as IAM does; list moto's services
+    once (this process only)."""
     from moto.ec2.responses import EC2Response
     from moto.iam.models import IAMBackend
+
+    list_services_once()
 
     remove = role_already_removed(IAMBackend.remove_role_from_instance_profile)
     IAMBackend.remove_role_from_instance_profile = remove  # type: ignore[method-assign]

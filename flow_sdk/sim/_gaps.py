@@ -3,10 +3,10 @@
 this server process's memory, per account and region, and the instance profile of every
 instance of a launch (moto associates it with the first one only; each simulated instance's
 metadata service hands out its role's credentials), and ``NoSuchEntity`` for removing a
-role an instance profile no longer holds (two teardowns at once: moto answers 500). Installed
-once by ``install()`` in the
-server process (``_serve``), never in a caller's; the tests' in-process moto takes ``ACTIONS``
-and ``profile_for_every_instance``."""
+role an instance profile no longer holds (two teardowns at once: moto answers 500); and, for
+speed, its list of services made once. Installed once by ``install()`` in the server process
+(``_serve``), never in a caller's; the tests' in-process moto takes ``ACTIONS``,
+``profile_for_every_instance`` and ``list_services_once``."""
 
 from __future__ import annotations
 

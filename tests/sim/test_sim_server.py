@@ -87,6 +87,30 @@ def test_one_server_per_home_reused_and_its_keys_stay_in_the_provider(
     assert fresh is not None and fresh.pid != state.pid and third.cfg.endpoint_url == fresh.url
 
 
+def test_the_account_holds_no_public_image_only_its_own(home: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the tests' one image (``MOTO_AMIS_PATH``), as a user runs it: the account
+    loads none of moto's public images, and its nodes' image is the one it registered."""
+    monkeypatch.delenv("MOTO_AMIS_PATH", raising=False)
+    provider = get_provider("aws-sim")
+    assert isinstance(provider, AwsSimProvider)
+    ec2 = provider.clients.get("ec2", "us-east-1")
+    assert ec2.describe_images(Owners=["amazon"])["Images"] == []
+    own = ec2.describe_images(Owners=["self"])["Images"]
+    assert [image["ImageId"] for image in own] == [provider.cfg.ami_id]
+
+
+def test_moto_services_are_listed_once_and_the_same() -> None:
+    from moto import backends
+
+    from flow_sdk.sim._gaps import list_services_once
+
+    listed = tuple(backends.list_of_moto_modules())
+    list_services_once()
+    list_services_once()  # a second call keeps the first list
+    assert backends.list_of_moto_modules() == listed and "ec2" in listed
+
+
 def test_the_server_stops_itself_when_idle(home: Path) -> None:
     state = ensure_server(home, idle_stop_s=1.0)
     started = time.monotonic()

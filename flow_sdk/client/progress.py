@@ -227,15 +227,17 @@ def wait_workers(task: Task, reporter: Reporter, expected: int) -> None:
     least advanced node's workers are doing (``NodeRecord.activity``: starting, importing
     your code); returns when they all run it, when no node is running any more, or when a
     node does not say (an older agent)."""
-    last = WORKER_ACTIVITIES[-1]
+    first, last = WORKER_ACTIVITIES[0], WORKER_ACTIVITIES[-1]
     while task.status is TaskStatus.RUNNING:
         running = [n for n in task.nodes() if n.phase is NodePhase.RUNNING]
         if not running or any(n.activity not in WORKER_ACTIVITIES for n in running):
             return
-        least = min((n.activity for n in running), key=WORKER_ACTIVITIES.index)
-        behind = sum(n.activity == least for n in running)
+        pending = max(expected - len(running), 0)  # past the barrier, no record of it yet:
+        least = first if pending else min(  # its workers are starting
+            (n.activity for n in running), key=WORKER_ACTIVITIES.index)
+        behind = pending + sum(n.activity == least for n in running)
         reporter.phase(f"running on {expected} node(s): workers {least}"
-                       + ("" if least == last else f" ({behind}/{len(running)} node(s))"))
+                       + ("" if least == last else f" ({behind}/{expected} node(s))"))
         if least == last:
             return
         time.sleep(_POLL_S)

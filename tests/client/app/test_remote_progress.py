@@ -9,12 +9,15 @@ import re
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from flow_testing import run_on_terminal, wait_until
 
 from flow_sdk import FlowApp, TaskStatus
 from flow_sdk.client import progress
+from flow_sdk.wire import NodePhase
 
 pytestmark = pytest.mark.slow
 
@@ -113,3 +116,25 @@ def test_a_task_that_ended_before_the_first_poll_still_shows_its_phases_and_line
     assert "running on 2 node(s)" in err.getvalue()
     assert sorted(line.split("] ")[-1] for line in out.getvalue().splitlines()) == [
         "hello from rank 0", "hello from rank 1"]
+
+
+class _Joining:
+    """A 2-node task whose second node has passed the start barrier but not yet written that
+    its workers start, then both run the caller's code."""
+
+    def __init__(self) -> None:
+        self.polls = [[("importing your code", NodePhase.RUNNING)],
+                      [("running your code", NodePhase.RUNNING)] * 2]
+        self.status = TaskStatus.RUNNING
+
+    def nodes(self) -> list[SimpleNamespace]:
+        shown = self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
+        return [SimpleNamespace(activity=a, phase=p) for a, p in shown]
+
+
+def test_workers_count_the_nodes_not_yet_starting_them_among_the_tasks_nodes() -> None:
+    err = io.StringIO()
+    progress.wait_workers(cast(Any, _Joining()), progress.Reporter(err=err), 2)
+    said = [ln.split(" flow: ", 1)[1].rsplit(" [", 1)[0] for ln in err.getvalue().splitlines()]
+    assert said == ["running on 2 node(s): workers starting (1/2 node(s))",
+                    "running on 2 node(s): workers running your code"]

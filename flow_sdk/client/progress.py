@@ -232,9 +232,10 @@ def wait_workers(task: Task, reporter: Reporter, expected: int) -> None:
         running = [n for n in task.nodes() if n.phase is NodePhase.RUNNING]
         if not running or any(n.activity not in WORKER_ACTIVITIES for n in running):
             return
-        pending = max(expected - len(running), 0)  # past the barrier, no record of it yet:
-        least = first if pending else min(  # its workers are starting
-            (n.activity for n in running), key=WORKER_ACTIVITIES.index)
+        # a node past the start barrier whose record does not say so yet: its workers start
+        pending = max(expected - len(running), 0)
+        least = first if pending else min((n.activity for n in running),
+                                          key=WORKER_ACTIVITIES.index)
         behind = pending + sum(n.activity == least for n in running)
         reporter.phase(f"running on {expected} node(s): workers {least}"
                        + ("" if least == last else f" ({behind}/{expected} node(s))"))

@@ -109,6 +109,8 @@ def test_moto_services_are_listed_once_and_the_same() -> None:
     list_services_once()
     list_services_once()  # a second call keeps the first list
     assert backends.list_of_moto_modules() == listed and "ec2" in listed
+    backends.list_of_moto_modules()
+    assert backends.list_of_moto_modules.cache_info().misses == 1  # listed once, then kept
 
 
 def test_the_server_stops_itself_when_idle(home: Path) -> None:

@@ -7,6 +7,8 @@ import os
 import stat
 from pathlib import Path
 
+from flow_sdk.wire import envvars
+
 
 def flow_home(create: bool = True) -> Path:
     """The flow data directory: ``$FLOW_HOME``, else ``~/.flow``; created (0700: it holds
@@ -14,7 +16,7 @@ def flow_home(create: bool = True) -> Path:
     name a path in it). One that exists is tightened to 0700, and refused when it is a
     symbolic link or another user owns it. What flow creates below it is safe from then on:
     nobody else can add, swap or link anything in a 0700 directory of this user's."""
-    home = Path(os.environ.get("FLOW_HOME") or Path.home() / ".flow").expanduser()
+    home = Path(os.environ.get(envvars.HOME) or Path.home() / ".flow").expanduser()
     if create:
         if home.is_symlink():
             raise _link_error(home)

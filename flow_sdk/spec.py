@@ -26,6 +26,7 @@ from flow_sdk.specparts import (
     check_s3_uri,
     volume_input,
 )
+from flow_sdk.wire import envvars
 
 __all__ = ["ANY_GPU_MODEL", "MAX_GPUS_PER_NODE", "MAX_INSTANCES", "MAX_WORKERS_PER_NODE",
            "GpuSpec", "TaskSpec", "VolumeSpec", "build_task_spec", "check_mount_path"]
@@ -44,7 +45,6 @@ DEFAULT_IDLE_STOP_S = 1800.0  # a pool made without idle_stop stops after 30 idl
 # the user's settings), so an ``environment`` value would give workers one rank or a wrong leader.
 GANG_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
                   "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-USER_FLOW_VARIABLES = ("FLOW_MAX_RESULT_BYTES",)
 
 Priority = Literal["low", "med", "high"]
 DistributedMode = Literal["auto", "manual"]
@@ -62,7 +62,7 @@ class _FieldValueError(ValueError):
 def gang_variables_in(environment: dict[str, str]) -> list[str]:
     """The names in ``environment`` that set a worker's place in the gang (sorted)."""
     return sorted(k for k in environment if k in GANG_VARIABLES
-                  or (k.startswith("FLOW_") and k not in USER_FLOW_VARIABLES))
+                  or (k.startswith(envvars.PREFIX) and k not in envvars.USER_SETTABLE))
 
 
 def parse_duration(value: Any, what: str) -> float:

@@ -23,6 +23,7 @@ from flow_sdk.wire import (
     LaunchRecord,
     MembershipRecord,
     TaskRecord,
+    envvars,
 )
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchPlan, LaunchRequest, Provider
@@ -57,7 +58,7 @@ class FlowApp:
         calls, which a task on a warm pool would notice)."""
         key = name or self.default_provider
         environment = tuple(sorted((k, v) for k, v in os.environ.items()
-                                   if k.startswith(("FLOW_", "AWS_"))))
+                                   if k.startswith((envvars.PREFIX, "AWS_"))))
         cached = self._providers.get(key)
         if cached is None or cached[0] != environment:
             cached = (environment, get_provider(key, self._provider_configs.get(key)))

@@ -20,8 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from types import ModuleType
 
+from flow_sdk.wire import envvars
+
 DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
-COLLECTIVE_TIMEOUT_ENV = "FLOW_COLLECTIVE_TIMEOUT_S"
 C10D_MODULE = "torch.distributed.distributed_c10d"
 # The watchdog's heartbeat may lag this long behind the collective timeout before the
 # monitoring thread gives up on it.
@@ -35,8 +36,7 @@ _NCCL_ALIASES: dict[str, tuple[str, ...]] = {
     "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": (),
 }
 
-__all__ = ["C10D_MODULE", "COLLECTIVE_TIMEOUT_ENV", "DEFAULT_COLLECTIVE_TIMEOUT_S",
-           "collective_env", "install_default_timeout", "timeout_from_env"]
+__all__ = ["C10D_MODULE", "DEFAULT_COLLECTIVE_TIMEOUT_S", "collective_env", "install_default_timeout", "timeout_from_env"]
 
 
 def collective_env(timeout_s: float, user_env: Mapping[str, str]) -> dict[str, str]:
@@ -57,7 +57,7 @@ def collective_env(timeout_s: float, user_env: Mapping[str, str]) -> dict[str, s
     if not timeout_s > 0:
         raise ValueError(f"the collective timeout must be positive, not {timeout_s}")
     wanted = {
-        COLLECTIVE_TIMEOUT_ENV: repr(float(timeout_s)),
+        envvars.COLLECTIVE_TIMEOUT_S: repr(float(timeout_s)),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "TORCH_NCCL_ENABLE_MONITORING": "1",
         "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(math.ceil(timeout_s) + HEARTBEAT_MARGIN_S),
@@ -73,15 +73,17 @@ def _user_sets(name: str, user_env: Mapping[str, str]) -> bool:
 def timeout_from_env(environ: Mapping[str, str]) -> timedelta | None:
     """The collective timeout ``environ`` asks for; None when it asks for none (unset, empty
     or not above zero: torch's own defaults stay)."""
-    text = environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    text = environ.get(envvars.COLLECTIVE_TIMEOUT_S, "").strip()
     if not text:
         return None
     try:
         seconds = float(text)
     except ValueError:
-        raise ValueError(f"{COLLECTIVE_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+        raise ValueError(f"{envvars.COLLECTIVE_TIMEOUT_S}={text!r} is not a number of "
+                         "seconds") from None
     if not math.isfinite(seconds):
-        raise ValueError(f"{COLLECTIVE_TIMEOUT_ENV}={text!r} is not a finite number of seconds")
+        raise ValueError(f"{envvars.COLLECTIVE_TIMEOUT_S}={text!r} is not a finite number "
+                         "of seconds")
     return timedelta(seconds=seconds) if seconds > 0 else None
 
 

@@ -22,6 +22,7 @@ import time
 
 from flow_sdk.volumes.paths import mounts as _mounts
 from flow_sdk.volumes.paths import path
+from flow_sdk.wire import envvars
 
 __all__ = ["task_id", "node_index", "num_nodes", "main_ip", "rank", "local_rank", "world_size",
            "local_world_size", "is_main", "restart_count", "in_task", "mounts", "path",
@@ -41,12 +42,12 @@ class Parallel:
     @property
     def node_index(self) -> int:
         """This node's index: 0 on the control node."""
-        return _int("FLOW_NODE_RANK", 0)
+        return _int(envvars.NODE_RANK, 0)
 
     @property
     def num_nodes(self) -> int:
         """Nodes in the task."""
-        return _int("FLOW_NUM_NODES", 1)
+        return _int(envvars.NUM_NODES, 1)
 
     @property
     def control_task_id(self) -> str | None:
@@ -60,7 +61,6 @@ class Parallel:
 
 
 _PARALLEL = Parallel()
-PROGRESS_PATH_ENV = "FLOW_PROGRESS_PATH"  # where a worker reports its steps to its agent
 _progress_fd: int | None = None
 
 
@@ -69,7 +69,7 @@ def step(n: int) -> None:
     progress (a rank with neither output nor steps for ``stall_timeout`` is stalled) and
     learns the step interval from it. Costs one small write; a no-op outside a task."""
     global _progress_fd
-    path = os.environ.get(PROGRESS_PATH_ENV)
+    path = os.environ.get(envvars.PROGRESS_PATH)
     if not path:
         return
     if _progress_fd is None:
@@ -84,27 +84,27 @@ def _int(name: str, default: int) -> int:
 
 def _read(name: str) -> object:
     if name == "task_id":
-        return os.environ.get("FLOW_TASK_ID")
+        return os.environ.get(envvars.TASK_ID)
     if name == "in_task":
-        return "FLOW_TASK_ID" in os.environ
+        return envvars.TASK_ID in os.environ
     if name == "node_index":
-        return _int("FLOW_NODE_RANK", 0)
+        return _int(envvars.NODE_RANK, 0)
     if name == "num_nodes":
-        return _int("FLOW_NUM_NODES", 1)
+        return _int(envvars.NUM_NODES, 1)
     if name == "main_ip":
-        return os.environ.get("FLOW_MAIN_IP", "127.0.0.1")
+        return os.environ.get(envvars.MAIN_IP, "127.0.0.1")
     if name == "rank":
-        return _int("RANK", _int("FLOW_NODE_RANK", 0))
+        return _int("RANK", _int(envvars.NODE_RANK, 0))
     if name == "local_rank":
         return _int("LOCAL_RANK", 0)
     if name == "world_size":
-        return _int("WORLD_SIZE", _int("FLOW_NUM_NODES", 1))
+        return _int("WORLD_SIZE", _int(envvars.NUM_NODES, 1))
     if name == "local_world_size":
         return _int("LOCAL_WORLD_SIZE", 1)
     if name == "is_main":
         return _read("rank") == 0
     if name == "restart_count":
-        return _int("FLOW_RESTART_COUNT", 0)
+        return _int(envvars.RESTART_COUNT, 0)
     if name == "parallel":
         return _PARALLEL
     if name == "mounts":

@@ -7,7 +7,7 @@ and every other worker of the task serves the head's distributed calls.
         ...
 
 How it runs: every worker of such a task runs its call through :func:`run_head_only` (the
-agent gives the workers of a ``run_on="head"`` task the link key, ``KEY_ENV``, and the worker
+agent gives the workers of a ``run_on="head"`` task the link key, ``FLOW_HEAD_JOB_KEY``, and the worker
 program routes the call here when it holds one). Rank 0 listens on
 ``(MASTER_ADDR, MASTER_PORT)`` and runs the function; the others connect there (retrying until
 the head listens) and wait. A trainer called on the head asks :func:`active` for the pool and
@@ -22,7 +22,7 @@ does not call ``init_process_group`` itself; the trainers' calls do, inside the 
 ``MASTER_PORT`` is the pool's for the life of the job; each call gets a port of its own.
 
 The link is authenticated with a key derived from the task's secret (:func:`link_key`), which
-the node agent puts in each worker's environment (``KEY_ENV``); it is never in the payload,
+the node agent puts in each worker's environment (``FLOW_HEAD_JOB_KEY``); it is never in the payload,
 which the object store holds in the clear. A worker proves it holds the key before it is sent
 anything, and every message in either direction carries an HMAC over its sequence number and
 the connection's nonce.
@@ -49,9 +49,9 @@ from flow_sdk.node import current
 from flow_sdk.wire import signing
 from flow_sdk.errors import FlowError
 from flow_sdk.procs import free_port
+from flow_sdk.wire import envvars
 
 CONNECT_TIMEOUT_S = 600.0  # how long a worker keeps trying to reach the head
-KEY_ENV = "FLOW_HEAD_JOB_KEY"  # the link key, hex, in every worker's environment
 _POLL_S = 0.1
 _NONCE = 16
 _TAG = 32
@@ -66,16 +66,16 @@ class HeadJobError(FlowError, RuntimeError):
 
 
 def link_key(secret: bytes) -> str:
-    """The head job's link key (hex) for a task's secret: the agent sets it as ``KEY_ENV``.
+    """The head job's link key (hex) for a task's secret: the agent sets it as ``FLOW_HEAD_JOB_KEY``.
     Derived, so a worker's environment never holds the secret that signs the task's store."""
     return signing.derive_key(secret, signing.Purpose.HEAD_JOB_LINK).hex()
 
 
 def _key_from_env() -> bytes:
-    value = os.environ.get(KEY_ENV, "")
+    value = os.environ.get(envvars.HEAD_JOB_KEY, "")
     if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-        raise HeadJobError(f"{KEY_ENV} must hold the head job's 64-hex-digit link key, which "
-                           "the node agent sets; run run_on='head' tasks through FlowApp")
+        raise HeadJobError(f"{envvars.HEAD_JOB_KEY} must hold the head job's 64-hex-digit link key, "
+                           "which the node agent sets; run run_on='head' tasks through FlowApp")
     return bytes.fromhex(value)
 
 
@@ -174,8 +174,8 @@ def layout_env(job_ranks: Sequence[int], workers_per_node: int, index: int, mast
     return {"RANK": str(index), "ROLE_RANK": str(index), "WORLD_SIZE": world,
             "ROLE_WORLD_SIZE": world, "LOCAL_RANK": str(local.index(index)),
             "LOCAL_WORLD_SIZE": str(len(local)), "GROUP_RANK": str(node),
-            "NODE_RANK": str(node), "FLOW_NODE_RANK": str(node),
-            "GROUP_WORLD_SIZE": str(len(set(nodes))), "FLOW_NUM_NODES": str(len(set(nodes))),
+            "NODE_RANK": str(node), envvars.NODE_RANK: str(node),
+            "GROUP_WORLD_SIZE": str(len(set(nodes))), envvars.NUM_NODES: str(len(set(nodes))),
             "MASTER_PORT": str(master_port)}
 
 
@@ -370,7 +370,7 @@ def _serve(link: _Link) -> None:
 def run_head_only(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
                   ) -> Any:
     """Every worker's function in a ``run_on="head"`` task: the head runs ``fn`` with its
-    pool open; the others serve the pool and return ``None``. The link key is ``KEY_ENV``."""
+    pool open; the others serve the pool and return ``None``. The link key is ``FLOW_HEAD_JOB_KEY``."""
     global _active
     key = _key_from_env()
     address = str(current.main_ip)

@@ -15,6 +15,7 @@ from typing import Any
 
 from flow_sdk.errors import ScriptExitError
 from flow_sdk.wire.bundle import ScriptBundle
+from flow_sdk.wire import envvars
 
 CODE_DIR = "code"  # the bundle's folder in a node's working directory
 _UNPACKED = ".flow-unpacked"
@@ -25,7 +26,7 @@ def _code_dir(bundle: ScriptBundle) -> Path:
     unpacked once per node and shared by its workers and by every generation of the task, so
     relative paths a script writes (``snapshot.pt``) are there after a restart. Outside a
     task: a fresh temporary directory."""
-    if "FLOW_TASK_ID" not in os.environ:
+    if envvars.TASK_ID not in os.environ:
         root = Path(tempfile.mkdtemp(prefix="flow-code-"))
         _unpack(bundle, root)
         return root

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 
 from flow_sdk.rendezvous.membership import Membership
 from flow_sdk.rendezvous.threads import node_cores, thread_env
+from flow_sdk.wire import envvars
 
-FLOW_VARS = ("FLOW_TASK_ID", "FLOW_NODE_RANK", "FLOW_NUM_NODES", "FLOW_MAIN_IP",
-             "FLOW_RESTART_COUNT")
+FLOW_VARS = (envvars.TASK_ID, envvars.NODE_RANK, envvars.NUM_NODES, envvars.MAIN_IP,
+             envvars.RESTART_COUNT)
 TORCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
               "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
               "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
@@ -71,11 +72,11 @@ def worker_env(*, task_id: str, membership: Membership, local_rank: int, slots_p
                ) -> dict[str, str]:
     """FLOW_* always; torchrun's variables in ``auto`` mode; user values win."""
     env = {
-        "FLOW_TASK_ID": task_id,
-        "FLOW_NODE_RANK": str(membership.node_rank),
-        "FLOW_NUM_NODES": str(membership.num_nodes),
-        "FLOW_MAIN_IP": membership.leader_address,
-        "FLOW_RESTART_COUNT": str(restart_count),
+        envvars.TASK_ID: task_id,
+        envvars.NODE_RANK: str(membership.node_rank),
+        envvars.NUM_NODES: str(membership.num_nodes),
+        envvars.MAIN_IP: membership.leader_address,
+        envvars.RESTART_COUNT: str(restart_count),
     }
     if distributed:
         env.update(torch_env(membership=membership, local_rank=local_rank,

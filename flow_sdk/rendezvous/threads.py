@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-NODE_CORES_ENV = "FLOW_NODE_CORES"
+from flow_sdk.wire import envvars
+
 # OMP_NUM_THREADS also sizes torch's intra-op pool, XGBoost's default nthread and Arrow's CPU
 # pool (pyarrow.cpu_count()).
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -25,7 +26,7 @@ def node_cores(environ: Mapping[str, str] | None = None) -> int:
     """Cores of this node: ``FLOW_NODE_CORES`` when the provider set it, else the cores this
     process may run on."""
     env = os.environ if environ is None else environ
-    given = env.get(NODE_CORES_ENV, "")
+    given = env.get(envvars.NODE_CORES, "")
     if given.isdigit() and int(given) > 0:
         return int(given)
     return len(os.sched_getaffinity(0))

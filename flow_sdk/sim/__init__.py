@@ -25,10 +25,10 @@ simulated account it brings up itself:
 The aws provider never imports this package (an import-linter contract).
 """
 
-from flow_sdk.sim._instance import INSTANCE_ENV, instance_pids
+from flow_sdk.sim._instance import instance_pids
 from flow_sdk.sim._nodes import SimulatedNodes, simulated_address
 from flow_sdk.sim._provider import AwsSimProvider, sim_home, stop_account
 from flow_sdk.sim._settings import NodeSettings, SimSettings
 
-__all__ = ["INSTANCE_ENV", "AwsSimProvider", "NodeSettings", "SimSettings", "SimulatedNodes",
+__all__ = ["AwsSimProvider", "NodeSettings", "SimSettings", "SimulatedNodes",
            "instance_pids", "sim_home", "simulated_address", "stop_account"]

@@ -41,10 +41,10 @@ from flow_sdk import procs
 from flow_sdk.errors import ProviderError
 from flow_sdk.sim._imds import ImdsEmulator
 from flow_sdk.sim._rolecreds import RoleCredentials
+from flow_sdk.wire import envvars
 
 CONTROL_DIR = "/run/flow-sim"  # in the instance's namespace: where ``shutdown`` writes
 POWEROFF_FILE = "poweroff"  # its text: the epoch second to power off at
-INSTANCE_ENV = "FLOW_SIM_INSTANCE"  # every process of the instance: "<task id>/<instance id>"
 SHIMS = Path(__file__).resolve().parent / "shims"  # copied under the root at launch
 _POLL_S = 0.2
 _ATTACH_POLL_S = 1.0
@@ -88,7 +88,7 @@ class InstanceSpec:
 
 def instance_pids(tag: str) -> list[int]:
     """Live processes of the simulated instance ``tag`` (this one excluded)."""
-    return procs.pids_with_env(INSTANCE_ENV, [tag])
+    return procs.pids_with_env(envvars.SIM_INSTANCE, [tag])
 
 
 def boot_env(spec: InstanceSpec, imds_endpoint: str) -> dict[str, str]:
@@ -105,9 +105,9 @@ def boot_env(spec: InstanceSpec, imds_endpoint: str) -> dict[str, str]:
         "AWS_ENDPOINT_URL": spec.endpoint_url,
         "AWS_DEFAULT_REGION": spec.region,
         "PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        INSTANCE_ENV: spec.tag,
-        "FLOW_SIM_EFS_ROOT": spec.efs_root,
-        "FLOW_SIM_MINUTE_S": repr(spec.minute_s),
+        envvars.SIM_INSTANCE: spec.tag,
+        envvars.SIM_EFS_ROOT: spec.efs_root,
+        envvars.SIM_MINUTE_S: repr(spec.minute_s),
     }
     if spec.wheelhouse:
         env["PIP_FIND_LINKS"] = spec.wheelhouse
@@ -158,7 +158,7 @@ class Instance:
                                      str(self.node / "instance.json")],
                                     stdin=subprocess.DEVNULL, stdout=console,
                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, INSTANCE_ENV: self.spec.tag})
+                                    env={**os.environ, envvars.SIM_INSTANCE: self.spec.tag})
         self.say(f"booting (user-data as pid {boot.pid})")
         try:
             self._watch(boot)

@@ -42,18 +42,18 @@ from flow_sdk import procs
 from flow_sdk.providers.aws import NodeBoot
 from flow_sdk.sim._access import read_keys
 from flow_sdk.sim._instance import (
-    INSTANCE_ENV,
     SHIMS,
     InstanceSpec,
     detach_devices,
     instance_pids,
 )
 from flow_sdk.sim._settings import NODE_KEY, NodeSettings
+from flow_sdk.wire import envvars
 
 # The keys of an AWS API that checks none (provider_config endpoint_url): never the caller's
 # own, which need not exist.
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-_NOT_INHERITED = {INSTANCE_ENV, "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+_NOT_INHERITED = {envvars.SIM_INSTANCE, "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
                   "AWS_EC2_METADATA_SERVICE_ENDPOINT"}
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # instance processes this process started
@@ -177,7 +177,7 @@ class SimulatedNodes:
         with open(node_dir / "hypervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "flow_sdk.sim._instance", str(node_dir / "instance.json")],
-                cwd=node_dir, env={**env, INSTANCE_ENV: spec.tag}, stdin=subprocess.DEVNULL,
+                cwd=node_dir, env={**env, envvars.SIM_INSTANCE: spec.tag}, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         _children[proc.pid] = proc
         record.update(pid=proc.pid, ticks=procs.start_ticks(proc.pid))

@@ -24,8 +24,8 @@ from typing import Any
 
 from flow_sdk import procs
 from flow_sdk.sim import _access, _gaps
-from flow_sdk.sim._instance import INSTANCE_ENV
 from flow_sdk.sim._server import CLOUD_DIR, ServerState, clear_state, locked, write_state
+from flow_sdk.wire import envvars
 
 
 class Activity:
@@ -50,7 +50,7 @@ def live_instances(cloud: Path) -> list[int]:
             tags.append(json.loads(path.read_text())["tag"])
         except (OSError, ValueError):
             continue  # being written: the next look sees it
-    return procs.pids_with_env(INSTANCE_ENV, tags)
+    return procs.pids_with_env(envvars.SIM_INSTANCE, tags)
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:

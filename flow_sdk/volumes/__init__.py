@@ -84,7 +84,7 @@ if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``):
         save_checkpoint,
     )
     from flow_sdk.volumes.errors import ReadOnlyMountError, VolumeError, VolumeInUseError
-    from flow_sdk.volumes.node import MODE_ENV, MOUNTS_ENV, gc_mount_caches, prepare_volumes
+    from flow_sdk.volumes.node import gc_mount_caches, prepare_volumes
 
 _WHERE: dict[str, str] = {
     "Volume": "flow_sdk.volumes.api",
@@ -101,15 +101,13 @@ _WHERE: dict[str, str] = {
     "ReadOnlyMountError": "flow_sdk.volumes.errors",
     "VolumeError": "flow_sdk.volumes.errors",
     "VolumeInUseError": "flow_sdk.volumes.errors",
-    "MODE_ENV": "flow_sdk.volumes.node",
-    "MOUNTS_ENV": "flow_sdk.volumes.node",
     "gc_mount_caches": "flow_sdk.volumes.node",
     "prepare_volumes": "flow_sdk.volumes.node",
 }
 __getattr__, __dir__ = _lazy.exports(__name__, globals(), _WHERE)
 
 __all__ = [
-    "MODE_ENV", "MOUNTS_ENV", "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInUseError",
+    "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInUseError",
     "VolumeInfo", "checkpoint_step", "create_volume", "delete_volume", "gc_mount_caches",
     "latest_checkpoint", "list_checkpoints", "list_volumes", "load_checkpoint",
     "prepare_volumes", "save_checkpoint", "volume_spec",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_sdk.volumes.paths import path
+from flow_sdk.wire import envvars
 
 _NAME_RE = re.compile(r"^ckpt-(\d{8,})\.pt$")
 
@@ -52,7 +53,7 @@ def _resolve(directory: str | os.PathLike[str], write: bool = False) -> Path:
 def _rank() -> int:
     """This worker's rank as the node agent set it (``flow_sdk._rank()``): ``RANK``, or
     the node's rank where a task sets none; 0 outside a task."""
-    return int(os.environ.get("RANK") or os.environ.get("FLOW_NODE_RANK") or 0)
+    return int(os.environ.get("RANK") or os.environ.get(envvars.NODE_RANK) or 0)
 
 
 def _process_group() -> Any | None:

@@ -29,10 +29,9 @@ from flow_sdk.mountns import (
     enter_private_root,
     hidden_host_entries,
 )
-from flow_sdk.volumes.paths import MOUNTS_ENV
 from flow_sdk.volumes.s3mount import materialize, set_writable
+from flow_sdk.wire import envvars
 
-MODE_ENV = "FLOW_VOLUME_MODE"  # auto (default) | namespace | mapped
 Mode = Literal["namespace", "mapped"]
 Log = Callable[[str], None]
 
@@ -51,9 +50,9 @@ def cache_root(provider: Provider, workdir: Path) -> Path:
 
 def requested_mode() -> str:
     """``FLOW_VOLUME_MODE`` from the node's environment: auto, namespace or mapped."""
-    mode = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+    mode = os.environ.get(envvars.VOLUME_MODE, "auto").strip().lower() or "auto"
     if mode not in ("auto", "namespace", "mapped"):
-        raise VolumeError(f"{MODE_ENV}={mode!r} is not one of auto, namespace, mapped")
+        raise VolumeError(f"{envvars.VOLUME_MODE}={mode!r} is not one of auto, namespace, mapped")
     return mode
 
 
@@ -75,7 +74,7 @@ def prepare_volumes(spec: TaskSpec, provider: Provider, workdir: Path, task_id: 
     exposed = {m.path: {"path": m.path if chosen == "namespace" or m.premounted
                         else str(m.source),
                         "read_only": m.read_only, "source": m.origin} for m in mounts}
-    _prepared[task_id] = {MOUNTS_ENV: json.dumps(exposed, sort_keys=True)}
+    _prepared[task_id] = {envvars.MOUNTS: json.dumps(exposed, sort_keys=True)}
     return dict(_prepared[task_id])
 
 
@@ -102,7 +101,7 @@ def _expose(mounts: list[NodeMount], mode: str, workdir: Path, log: Log) -> Mode
     binds = [Bind(m.path, m.source, m.read_only) for m in mounts if not m.premounted]
     if not binds or mode == "mapped":
         if binds:
-            log(f"mount paths are mapped ({MODE_ENV}=mapped): code finds them with "
+            log(f"mount paths are mapped ({envvars.VOLUME_MODE}=mapped): code finds them with "
                 "flow_sdk.current.path(...) or $FLOW_MOUNTS")
         return "mapped"
     covered = _covered_node_paths([b.path for b in binds], workdir)
@@ -124,8 +123,8 @@ def _expose(mounts: list[NodeMount], mode: str, workdir: Path, log: Log) -> Mode
         skipped = enter_private_root(binds, workdir / "root")
     except NamespaceUnavailable as exc:
         if mode == "namespace":
-            raise VolumeError(f"{MODE_ENV}=namespace but this node cannot have a private "
-                              f"mount namespace: {exc}") from exc
+            raise VolumeError(f"{envvars.VOLUME_MODE}=namespace but this node cannot have a "
+                              f"private mount namespace: {exc}") from exc
         log(f"mount paths are mapped (no private mount namespace here: {exc.strerror or exc}); "
             "code finds them with flow_sdk.current.path(...) or $FLOW_MOUNTS")
         return "mapped"
@@ -147,7 +146,7 @@ def _covered_node_paths(paths: list[str], workdir: Path) -> list[tuple[str, str]
     from: its working directory, the flow data dir, Python and its import path."""
     needed = [workdir, Path(__file__).resolve().parents[1], Path(sys.prefix), Path(sys.executable),
               *(Path(p) for p in sys.path if p and os.path.isabs(p))]
-    home = os.environ.get("FLOW_HOME")
+    home = os.environ.get(envvars.HOME)
     if home:
         needed.append(Path(home))
     found = []

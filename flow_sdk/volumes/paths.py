@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from flow_sdk.errors import ReadOnlyMountError
+from flow_sdk.wire import envvars
 
-MOUNTS_ENV = "FLOW_MOUNTS"
 
 PathT = TypeVar("PathT", str, Path)
 
 
 def mount_table() -> dict[str, dict[str, Any]]:
     """Every mount of the task as ``prepare_volumes`` described it (empty outside a task)."""
-    raw = os.environ.get(MOUNTS_ENV)
+    raw = os.environ.get(envvars.MOUNTS)
     return json.loads(raw) if raw else {}
 
 

@@ -1,17 +1,14 @@
 """What crosses the wire between the client and the node agents: the store's key layout
 (``keys``), the records and their enums (``records``), the typed boot configuration
-(``boot``) and the signatures over all of it (``signing``).
+(``boot``), the signatures over all of it (``signing``) and every ``FLOW_*`` environment
+variable (``envvars``).
 
 Standard library and ``flow_sdk.errors`` only (an import-linter contract keeps it so), so
 both sides of the wire can import it and it can never pull either side in.
 """
 
+import flow_sdk.wire.envvars as envvars
 from flow_sdk.wire.boot import (
-    ADDRESS_ENV,
-    BOOT_ENV,
-    BOOT_FILE_ENV,
-    INSTANCE_ENV,
-    SECRET_FILE_ENV,
     BootConfig,
     node_boot,
     take_node_boot,
@@ -63,7 +60,7 @@ from flow_sdk.wire.records import (
 )
 
 __all__ = [
-    "ADDRESS_ENV", "BOOT_ENV", "BOOT_FILE_ENV", "INSTANCE_ENV", "SECRET_FILE_ENV", "BootConfig",
+    "BootConfig", "envvars",
     "node_boot", "take_node_boot",
     "EVENT_MARK", "agent_stream", "agent_up_key", "agents_up_prefix", "cancel_key", "code_key",
     "decider_key", "error_key", "launch_key", "launch_lease_key", "membership_key", "node_key",

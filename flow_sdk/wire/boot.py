@@ -21,14 +21,10 @@ from typing import Any
 
 from flow_sdk.errors import RecordError
 import flow_sdk.wire.safejson as safejson
+import flow_sdk.wire.envvars as envvars
 
 MAX_BOOT_BYTES = 1 << 20  # a boot configuration is a few KB
 
-BOOT_ENV = "FLOW_BOOT"  # the encoded boot configuration
-BOOT_FILE_ENV = "FLOW_BOOT_FILE"  # or the path of a 0600 file that holds it
-SECRET_FILE_ENV = "FLOW_SECRET_FILE"  # a 0600 file with the secret FLOW_BOOT leaves out
-INSTANCE_ENV = "FLOW_INSTANCE_ID"  # the node's instance id
-ADDRESS_ENV = "FLOW_NODE_ADDRESS"  # the private address the other nodes reach it at
 _FIELDS = ("task_id", "provider", "provider_config", "secret", "role")
 ROLES = ("task", "pool")  # a node of one task, or a node of a pool (its daemon runs tasks)
 
@@ -68,16 +64,16 @@ class BootConfig:
         try:
             data = safejson.loads(text, max_bytes=MAX_BOOT_BYTES)
         except safejson.BadJson as exc:
-            raise RecordError(f"{BOOT_ENV}: {exc}; launch tasks through FlowApp "
+            raise RecordError(f"{envvars.BOOT}: {exc}; launch tasks through FlowApp "
                               "and run the same flow-sdk version on the client and the "
                               "nodes") from None
         if not isinstance(data, dict) or sorted(data) != sorted(_FIELDS):
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise RecordError(f"{BOOT_ENV}: expected the fields {sorted(_FIELDS)}, got {got}; "
-                              "run the same flow-sdk version on the client and the nodes")
+            raise RecordError(f"{envvars.BOOT}: expected the fields {sorted(_FIELDS)}, got "
+                              f"{got}; run the same flow-sdk version on the client and the nodes")
         if not all(isinstance(data[k], str) for k in ("task_id", "provider", "secret")) \
                 or not isinstance(data["provider_config"], dict) or data["role"] not in ROLES:
-            raise RecordError(f"{BOOT_ENV}: task_id, provider and secret must be strings, "
+            raise RecordError(f"{envvars.BOOT}: task_id, provider and secret must be strings, "
                               f"provider_config an object and role one of {list(ROLES)}")
         return cls(data["task_id"], data["provider"], data["provider_config"], data["secret"],
                    data["role"])
@@ -86,15 +82,15 @@ class BootConfig:
 def node_boot(environ: Mapping[str, str] = os.environ) -> tuple[BootConfig, str, str]:
     """On a node: its boot configuration (from ``FLOW_BOOT``, or the file ``FLOW_BOOT_FILE``
     names) without the secret of ``FLOW_SECRET_FILE``, its instance id and its address."""
-    file = environ.get(BOOT_FILE_ENV)
+    file = environ.get(envvars.BOOT_FILE)
     if file:
         text = Path(file).read_text(encoding="utf-8")
-    elif BOOT_ENV in environ:
-        text = environ[BOOT_ENV]
+    elif envvars.BOOT in environ:
+        text = environ[envvars.BOOT]
     else:
-        raise RecordError(f"neither {BOOT_ENV} nor {BOOT_FILE_ENV} is set: node agents are "
-                          "started by a provider")
-    return BootConfig.decode(text), environ[INSTANCE_ENV], environ[ADDRESS_ENV]
+        raise RecordError(f"neither {envvars.BOOT} nor {envvars.BOOT_FILE} is set: node agents "
+                          "are started by a provider")
+    return BootConfig.decode(text), environ[envvars.INSTANCE_ID], environ[envvars.NODE_ADDRESS]
 
 
 def take_node_boot(environ: MutableMapping[str, str] = os.environ
@@ -104,19 +100,19 @@ def take_node_boot(environ: MutableMapping[str, str] = os.environ
     ``FLOW_SECRET_FILE`` leave its environment (no worker, session or helper inherits them)
     and the files are removed once read. Raises RecordError when no secret came."""
     boot, instance_id, address = node_boot(environ)
-    secret_file = environ.get(SECRET_FILE_ENV)
+    secret_file = environ.get(envvars.SECRET_FILE)
     if secret_file:
         try:
             boot = replace(boot, secret=Path(secret_file).read_bytes().decode("ascii").strip())
         except UnicodeDecodeError:
-            raise RecordError(f"{SECRET_FILE_ENV}: the secret is not hex text; launch tasks "
+            raise RecordError(f"{envvars.SECRET_FILE}: the secret is not hex text; launch tasks "
                               "through FlowApp") from None
-    for name in (BOOT_FILE_ENV, SECRET_FILE_ENV):
+    for name in (envvars.BOOT_FILE, envvars.SECRET_FILE):
         file = environ.pop(name, None)
         if file:
             Path(file).unlink(missing_ok=True)
-    environ.pop(BOOT_ENV, None)
+    environ.pop(envvars.BOOT, None)
     if not boot.secret:
         raise RecordError(f"the node's boot configuration carries no secret, and no "
-                          f"{SECRET_FILE_ENV} names one: node agents are started by a provider")
+                          f"{envvars.SECRET_FILE} names one: node agents are started by a provider")
     return boot, instance_id, address

@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk.node.collectives import (
-    COLLECTIVE_TIMEOUT_ENV,
-    collective_env,
-    timeout_from_env,
-)
+from flow_sdk.node.collectives import collective_env, timeout_from_env
+from flow_sdk.wire import envvars
 
 # Sets the default before torch is imported, then again once it is.
 DEFAULTS_CHILD = """
@@ -63,14 +60,14 @@ else:
 
 
 def _env(timeout_s: str) -> dict[str, str]:
-    return {**os.environ, COLLECTIVE_TIMEOUT_ENV: timeout_s}
+    return {**os.environ, envvars.COLLECTIVE_TIMEOUT_S: timeout_s}
 
 
 def test_the_agent_adds_the_timeout_and_nccl_error_handling_unless_the_user_sets_them() -> None:
     env = collective_env(30.0, {})
-    assert env == {COLLECTIVE_TIMEOUT_ENV: "30.0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    assert env == {envvars.COLLECTIVE_TIMEOUT_S: "30.0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
                    "TORCH_NCCL_ENABLE_MONITORING": "1", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "90"}
-    user = {COLLECTIVE_TIMEOUT_ENV: "5", "NCCL_ASYNC_ERROR_HANDLING": "0",
+    user = {envvars.COLLECTIVE_TIMEOUT_S: "5", "NCCL_ASYNC_ERROR_HANDLING": "0",
             "TORCH_NCCL_ENABLE_MONITORING": "0"}
     assert collective_env(30.0, user) == {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "90"}
     with pytest.raises(ValueError):
@@ -78,11 +75,11 @@ def test_the_agent_adds_the_timeout_and_nccl_error_handling_unless_the_user_sets
 
 
 def test_the_timeout_is_read_from_the_environment() -> None:
-    assert timeout_from_env({COLLECTIVE_TIMEOUT_ENV: "2.5"}) == timedelta(seconds=2.5)
+    assert timeout_from_env({envvars.COLLECTIVE_TIMEOUT_S: "2.5"}) == timedelta(seconds=2.5)
     assert timeout_from_env({}) is None
-    assert timeout_from_env({COLLECTIVE_TIMEOUT_ENV: "0"}) is None
-    with pytest.raises(ValueError, match=COLLECTIVE_TIMEOUT_ENV):
-        timeout_from_env({COLLECTIVE_TIMEOUT_ENV: "ten"})
+    assert timeout_from_env({envvars.COLLECTIVE_TIMEOUT_S: "0"}) is None
+    with pytest.raises(ValueError, match=envvars.COLLECTIVE_TIMEOUT_S):
+        timeout_from_env({envvars.COLLECTIVE_TIMEOUT_S: "ten"})
 
 
 def test_the_default_timeout_is_set_when_torch_distributed_is_imported_not_before() -> None:

@@ -15,15 +15,16 @@ from flow_testing import wait_until
 
 from flow_sdk import procs
 from flow_sdk.providers.local import _keeper
+from flow_sdk.wire import envvars
 
 
 def _frozen_node(tmp_path: Path, instance_id: str, deadline: float | None
                  ) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], Path]:
     """A stand-in agent (a sleeping Python writing into the keeper's stdin) and its keeper."""
-    env = {**os.environ, _keeper.INSTANCE_ENV: instance_id}
-    env.pop(_keeper.DEADLINE_ENV, None)
+    env = {**os.environ, envvars.INSTANCE_ID: instance_id}
+    env.pop(envvars.NODE_DEADLINE, None)
     if deadline is not None:
-        env[_keeper.DEADLINE_ENV] = repr(deadline)
+        env[envvars.NODE_DEADLINE] = repr(deadline)
     stream = tmp_path / "boot.stream"
     read_end, write_end = os.pipe()
     keeper = subprocess.Popen(_keeper.keeper_argv(sys.executable, stream, instance_id, []),
@@ -45,7 +46,7 @@ def test_past_the_deadline_the_keeper_stops_a_frozen_node(tmp_path: Path) -> Non
         assert agent.wait(timeout=5) == -signal.SIGKILL
         text = stream.read_text()
         assert "the task's runtime cap passed" in text and "stopped 1 process(es)" in text
-        assert procs.pids_with_env(_keeper.INSTANCE_ENV, ["i-capped"]) == []
+        assert procs.pids_with_env(envvars.INSTANCE_ID, ["i-capped"]) == []
     finally:
         procs.stop_pids([p.pid for p in (agent, keeper) if p.poll() is None])
 

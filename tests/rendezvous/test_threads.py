@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from flow_sdk.rendezvous.threads import NODE_CORES_ENV, THREAD_VARS, node_cores, thread_env
+from flow_sdk.rendezvous.threads import THREAD_VARS, node_cores, thread_env
+from flow_sdk.wire import envvars
 
 
 def test_share_of_the_cores_per_slot() -> None:
@@ -19,8 +20,8 @@ def test_user_values_are_left_alone() -> None:
 
 
 def test_node_cores_from_the_provider_else_this_process() -> None:
-    assert node_cores({NODE_CORES_ENV: "6"}) == 6
+    assert node_cores({envvars.NODE_CORES: "6"}) == 6
     mine = len(os.sched_getaffinity(0))
-    assert node_cores({NODE_CORES_ENV: "0"}) == mine
-    assert node_cores({NODE_CORES_ENV: "many"}) == mine
+    assert node_cores({envvars.NODE_CORES: "0"}) == mine
+    assert node_cores({envvars.NODE_CORES: "many"}) == mine
     assert node_cores({}) == mine

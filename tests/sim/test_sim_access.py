@@ -31,11 +31,12 @@ from flow_sdk.procs import pids_with_env
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws._iam import TaskAccess, create_task_role, role_name
 from flow_sdk.providers.aws._tasksecret import put_task_secret
-from flow_sdk.sim import INSTANCE_ENV, AwsSimProvider, sim_home
+from flow_sdk.sim import AwsSimProvider, sim_home
 from flow_sdk.sim._access import KEYS_FILE, read_keys
 from flow_sdk.sim._imds import ImdsEmulator
 from flow_sdk.sim._rolecreds import RoleCredentials
 from flow_sdk.sim._server import ServerState, read_state
+from flow_sdk.wire import envvars
 
 REGION = "us-east-1"
 
@@ -224,7 +225,7 @@ def _as_node(imds: str, tag: str | None, argv: list[str], tmp: Path) -> dict[str
            "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
            "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials")}
     if tag is not None:
-        env[INSTANCE_ENV] = tag
+        env[envvars.SIM_INSTANCE] = tag
     done = subprocess.run([sys.executable, "-c", NODE_SCRIPT, *argv], env=env,
                           capture_output=True, text=True, timeout=120, check=True)
     return dict(json.loads(done.stdout))
@@ -243,7 +244,7 @@ def test_a_node_role_reaches_its_own_secret_objects_and_logs_not_another_tasks(
         monkeypatch.setenv(name, value)
     tag = f"task-a/{instance}"
     imds = ImdsEmulator({"instance-id": instance}, peers=lambda: pids_with_env(
-        INSTANCE_ENV, [tag]), credentials=RoleCredentials(instance, REGION,
+        envvars.SIM_INSTANCE, [tag]), credentials=RoleCredentials(instance, REGION,
                                                          str(account.cfg.endpoint_url)))
     endpoint = imds.start()
     prefix, groups = account.cfg.prefix, account.cfg.log_group_prefix
@@ -290,7 +291,7 @@ def _drop_to_nobody() -> None:
 def test_the_metadata_service_answers_its_instances_processes_only() -> None:
     tag = "task-m/i-0123456789abcdef0"
     imds = ImdsEmulator({"instance-id": "i-0123456789abcdef0"},
-                        peers=lambda: pids_with_env(INSTANCE_ENV, [tag]))
+                        peers=lambda: pids_with_env(envvars.SIM_INSTANCE, [tag]))
     endpoint = imds.start()
 
     def ask(env: dict[str, str], as_nobody: bool = False) -> str:
@@ -301,12 +302,12 @@ def test_the_metadata_service_answers_its_instances_processes_only() -> None:
         return done.stdout.strip()
 
     try:
-        assert ask({INSTANCE_ENV: tag}) == "200 i-0123456789abcdef0"  # the instance's own
+        assert ask({envvars.SIM_INSTANCE: tag}) == "200 i-0123456789abcdef0"  # the instance's own
         assert ask({}) == "403"  # a process of this user, not the instance's
-        assert ask({INSTANCE_ENV: "task-m/i-other"}) == "403"  # another instance's
-        assert ask({INSTANCE_ENV: tag}, as_nobody=True) == "403"  # another user, tag copied
+        assert ask({envvars.SIM_INSTANCE: "task-m/i-other"}) == "403"  # another instance's
+        assert ask({envvars.SIM_INSTANCE: tag}, as_nobody=True) == "403"  # another user, tag copied
         assert imds.refused == 3
-        assert ask({INSTANCE_ENV: tag}) == "200 i-0123456789abcdef0"
+        assert ask({envvars.SIM_INSTANCE: tag}) == "200 i-0123456789abcdef0"
     finally:
         imds.stop()
 

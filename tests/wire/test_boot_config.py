@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import wire
 from flow_sdk.errors import RecordError
-from flow_sdk.wire import BootConfig, node_boot, take_node_boot
+from flow_sdk.wire import BootConfig, envvars, node_boot, take_node_boot
 
 BOOT = BootConfig("t-1", "aws", {"region": "us-east-1", "launch": {"attempt": 2}},
                   secret="0123456789abcdef" * 4)
@@ -57,10 +56,10 @@ def test_a_node_reads_its_boot_from_the_file_before_the_environment(tmp_path: Pa
     path = tmp_path / "boot.json"
     path.write_text(BOOT.encode(), encoding="utf-8")
     other = BootConfig("t-2", "local", {}).encode()
-    environ = {wire.BOOT_FILE_ENV: str(path), wire.BOOT_ENV: other,
-               wire.INSTANCE_ENV: "i-1", wire.ADDRESS_ENV: "10.0.0.1"}
+    environ = {envvars.BOOT_FILE: str(path), envvars.BOOT: other,
+               envvars.INSTANCE_ID: "i-1", envvars.NODE_ADDRESS: "10.0.0.1"}
     assert node_boot(environ) == (BOOT, "i-1", "10.0.0.1")
-    del environ[wire.BOOT_FILE_ENV]
+    del environ[envvars.BOOT_FILE]
     assert node_boot(environ)[0] == BootConfig.decode(other)
 
 
@@ -69,25 +68,25 @@ def test_the_agent_takes_the_secret_from_its_file_and_leaves_no_trace(tmp_path: 
     the bootstrap fetched, then both the file and the variables are gone."""
     secret_file = tmp_path / ".task-secret"
     secret_file.write_text(BOOT.secret + "\n", encoding="ascii")
-    environ = {wire.BOOT_ENV: replace(BOOT, secret="").encode(),
-               wire.SECRET_FILE_ENV: str(secret_file),
-               wire.INSTANCE_ENV: "i-1", wire.ADDRESS_ENV: "10.0.0.1"}
+    environ = {envvars.BOOT: replace(BOOT, secret="").encode(),
+               envvars.SECRET_FILE: str(secret_file),
+               envvars.INSTANCE_ID: "i-1", envvars.NODE_ADDRESS: "10.0.0.1"}
     assert node_boot(environ)[0].secret == ""  # what the boot-log shipper reads
     assert take_node_boot(environ) == (BOOT, "i-1", "10.0.0.1")
     assert not secret_file.exists()
-    assert sorted(environ) == sorted([wire.INSTANCE_ENV, wire.ADDRESS_ENV])
-    environ[wire.BOOT_ENV] = replace(BOOT, secret="").encode()
+    assert sorted(environ) == sorted([envvars.INSTANCE_ID, envvars.NODE_ADDRESS])
+    environ[envvars.BOOT] = replace(BOOT, secret="").encode()
     with pytest.raises(RecordError, match="carries no secret"):  # the file is gone
         take_node_boot(environ)
     secret_file.write_bytes(b"\xe9" * 64)
-    environ.update({wire.BOOT_ENV: BOOT.encode(), wire.SECRET_FILE_ENV: str(secret_file)})
+    environ.update({envvars.BOOT: BOOT.encode(), envvars.SECRET_FILE: str(secret_file)})
     with pytest.raises(RecordError, match="not hex text"):
         take_node_boot(environ)
 
 
 def test_a_node_without_a_boot_is_told_where_it_comes_from() -> None:
     with pytest.raises(RecordError, match="FLOW_BOOT nor FLOW_BOOT_FILE"):
-        node_boot({wire.INSTANCE_ENV: "i-1", wire.ADDRESS_ENV: "10.0.0.1"})
+        node_boot({envvars.INSTANCE_ID: "i-1", envvars.NODE_ADDRESS: "10.0.0.1"})
 
 
 def test_the_local_provider_hands_the_boot_over_in_a_0600_file(tmp_path: Path) -> None:
@@ -97,7 +96,7 @@ def test_the_local_provider_hands_the_boot_over_in_a_0600_file(tmp_path: Path) -
 
     request = LaunchRequest("t-1", build_task_spec(app="a", name="f", num_instances=1), BOOT)
     env = _node.node_env(request, "local-1", "127.0.0.1", tmp_path, "")
-    path = Path(env[wire.BOOT_FILE_ENV])
+    path = Path(env[envvars.BOOT_FILE])
     assert path.parent == tmp_path and os.stat(path).st_mode & 0o777 == 0o600
     assert not any(BOOT.secret in value for value in env.values())  # only in the file
     assert node_boot(env) == (BOOT, "local-1", "127.0.0.1")

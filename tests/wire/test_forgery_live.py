@@ -23,6 +23,7 @@ from flow_sdk.providers.local import LocalProvider
 from flow_sdk.spec import build_task_spec
 from flow_sdk.client.records import save_client_record
 from flow_sdk.client.task import Task
+from flow_sdk.wire import envvars
 
 pytestmark = pytest.mark.slow
 
@@ -219,13 +220,13 @@ def test_the_secret_stays_with_the_agent_and_its_boot_file_is_gone(tmp_path: Pat
         assert isinstance(provider, LocalProvider)
         records = provider._records(task.task_id)
         agents = {int(r["pid"]) for r in records}
-        others = [pid for pid in pids_with_env(wire.INSTANCE_ENV,
+        others = [pid for pid in pids_with_env(envvars.INSTANCE_ID,
                                                [r["instance_id"] for r in records])
                   if pid not in agents]
         assert len(others) >= 4, others  # two workers and two keepers at least
         for pid in others:
             seen = process_traces(pid)
-            assert secret not in seen and wire.BOOT_FILE_ENV not in seen, pid
+            assert secret not in seen and envvars.BOOT_FILE not in seen, pid
             assert "boot.json" not in seen, pid
         assert not [r for r in records if (Path(r["workdir"]) / "boot.json").exists()]
         go.touch()

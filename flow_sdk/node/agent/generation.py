@@ -35,6 +35,7 @@ from flow_sdk.rendezvous.store import FailureReport, NodeStore
 from flow_sdk.spec import TaskSpec
 from flow_sdk.volumes import prepare_volumes
 from flow_sdk.wire.timeline import generation_phase
+from flow_sdk.wire import envvars
 
 MEMBERSHIP_GRACE_S = 10.0  # how long a node waits for its generation's membership record
 
@@ -182,9 +183,9 @@ class Generation:
                                      **volume_env, **spec.environment})
                 for slot in range(spec.slots_per_node)]
         for env in envs:  # the head job's link key, derived from the task's secret: set only
-            env.pop(headjob.KEY_ENV, None)  # here, and only when the task runs on its head
+            env.pop(envvars.HEAD_JOB_KEY, None)  # here, and only when the task runs on its head
             if spec.run_on == "head":
-                env[headjob.KEY_ENV] = headjob.link_key(node.secret)
+                env[envvars.HEAD_JOB_KEY] = headjob.link_key(node.secret)
         workers = WorkerGroup(workdir=node.workdir, log_store=node.provider.logs,
                               task_id=node.task_id, node_rank=m.node_rank, envs=envs,
                               pids_file=node.workdir / procs.WORKER_PGIDS_FILE,

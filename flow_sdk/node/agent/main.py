@@ -31,7 +31,7 @@ from flow_sdk.node.agent.log import AgentLog
 from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.records import NodeRecords
 from flow_sdk.node.agent.spawn import Template
-from flow_sdk.node.agent.timeline import BOOT_PHASES_ENV, TimelineRecorder
+from flow_sdk.node.agent.timeline import TimelineRecorder
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.node.agent.worker import CALL_CODE_FILE
 from flow_sdk.errors import SignatureError
@@ -40,6 +40,7 @@ from flow_sdk.wire.pools import pool_of_task
 from flow_sdk.providers import get_provider
 from flow_sdk.sdkwheel import PythonMismatchError
 from flow_sdk.spec import TaskSpec
+from flow_sdk.wire import envvars
 
 
 class Agent:
@@ -71,7 +72,7 @@ class Agent:
             now = time.time()
             clock.mark_up(node.records.store, node.task_id, node.instance_id, now)
             node.timeline.mark("agent_up", at=now)
-            phases = os.environ.pop(BOOT_PHASES_ENV, None)  # the boot's own, not a pool's task's
+            phases = os.environ.pop(envvars.BOOT_PHASES_FILE, None)  # the boot's, not a task's
             if phases and not pool_of_task(node.task_id):
                 node.timeline.mark_boot_phases(Path(phases))
             spec = TaskSpec.model_validate(record.spec)
@@ -163,7 +164,7 @@ def serve(agent: Agent) -> int:
 def main() -> int:
     boot, instance_id, address = take_node_boot()  # the secret's traces go with it
     return serve(Agent(boot, instance_id, address,
-                       Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd()))))
+                       Path(os.environ.get(envvars.NODE_WORKDIR, os.getcwd()))))
 
 
 if __name__ == "__main__":

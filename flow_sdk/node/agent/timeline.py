@@ -19,7 +19,6 @@ from flow_sdk.wire.signing import SignedStore
 from flow_sdk.wire.timeline import NodeTimeline, is_phase, timeline_key
 
 # Set by the bootstrap: the file it stamps ``<phase> <epoch seconds>`` lines into.
-BOOT_PHASES_ENV = "FLOW_BOOT_PHASES_FILE"
 
 
 class TimelineRecorder:

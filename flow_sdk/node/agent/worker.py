@@ -22,16 +22,13 @@ from flow_sdk import payload, tracebacks
 from flow_sdk.errors import PayloadError
 from flow_sdk.node import collectives, headjob
 from flow_sdk.payload import Call, CodeOrigins
+from flow_sdk.wire import envvars
 
 _PR_SET_PDEATHSIG = 1
 STACKS_SIGNAL = signal.SIGRTMIN + 4  # a worker dumps its stacks on it (faulthandler)
-STACKS_PATH_ENV = "FLOW_STACKS_PATH"
 ORIGINS_SUFFIX = ".origins.json"  # beside the stacks file: the files of the call's code
-STAGE_PATH_ENV = "FLOW_STAGE_PATH"  # where the worker writes the stage it reached
 _stacks_file: IO[str] | None = None
 CALL_CODE_FILE = "payload-code"  # in the node's working directory, beside "payload"
-CODE_PATH_ENV = "FLOW_CALL_CODE_PATH"  # the call's code, when stored apart from its arguments
-CODE_DIGEST_ENV = "FLOW_CALL_CODE_DIGEST"
 DEFAULT_MAX_RESULT_BYTES = 1 << 30  # results travel through the object store; 1 GiB at most
 
 
@@ -40,7 +37,7 @@ def _die_with_agent() -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    agent_pid = int(os.environ.get("FLOW_AGENT_PID", "0"))
+    agent_pid = int(os.environ.get(envvars.AGENT_PID, "0"))
     if agent_pid and os.getppid() != agent_pid:  # the agent died before prctl took effect
         os._exit(137)
 
@@ -95,7 +92,7 @@ def _error_blob(exc: BaseException, origins: CodeOrigins) -> bytes:
 
 def _stage(name: str) -> None:
     """Tell the agent which stage this worker reached (``wire.records.WORKER_ACTIVITIES``)."""
-    path = os.environ.get(STAGE_PATH_ENV)
+    path = os.environ.get(envvars.STAGE_PATH)
     if path:
         _write(Path(path), name.encode())
 
@@ -103,7 +100,7 @@ def _stage(name: str) -> None:
 def _run(call: Call) -> Any:
     """The call; in a ``run_on="head"`` task (the agent gave this worker the head job's link
     key) through the head job: rank 0 runs it with its pool open, the others serve the pool."""
-    if headjob.KEY_ENV in os.environ:
+    if envvars.HEAD_JOB_KEY in os.environ:
         return headjob.run_head_only(call.fn, call.args, call.kwargs)
     return call.fn(*call.args, **call.kwargs)
 
@@ -111,7 +108,7 @@ def _run(call: Call) -> Any:
 def _diagnosable() -> None:
     """Dump every thread's Python stack into ``FLOW_STACKS_PATH`` on ``STACKS_SIGNAL`` (the
     agent asks when a rank stalls, or ``task.stacks()``); default collective timeouts."""
-    stacks = os.environ.get(STACKS_PATH_ENV)
+    stacks = os.environ.get(envvars.STACKS_PATH)
     if stacks:
         global _stacks_file
         _stacks_file = open(stacks, "a")  # kept open for the life of the worker
@@ -122,7 +119,7 @@ def _diagnosable() -> None:
 def _note_origins(origins: CodeOrigins) -> None:
     """Beside the stacks file: where the call's code came from, so the agent names the
     caller's files in this worker's stacks (``tracebacks.caller_file``)."""
-    stacks = os.environ.get(STACKS_PATH_ENV)
+    stacks = os.environ.get(envvars.STACKS_PATH)
     if stacks:
         _write(Path(stacks + ORIGINS_SUFFIX), tracebacks.origins_json(origins).encode())
 
@@ -130,18 +127,18 @@ def _note_origins(origins: CodeOrigins) -> None:
 def main() -> int:
     _die_with_agent()
     _diagnosable()
-    blob = Path(os.environ["FLOW_PAYLOAD_PATH"]).read_bytes()
-    code_path = os.environ.get(CODE_PATH_ENV)  # set when the call's code is stored apart
+    blob = Path(os.environ[envvars.PAYLOAD_PATH]).read_bytes()
+    code_path = os.environ.get(envvars.CALL_CODE_PATH)  # set when the call's code is stored apart
     code = Path(code_path).read_bytes() if code_path else b""
-    result_path = Path(os.environ["FLOW_RESULT_PATH"])
-    error_path = Path(os.environ["FLOW_ERROR_PATH"])
-    if payload.digest(blob) != os.environ["FLOW_PAYLOAD_DIGEST"] or (
-            code_path and payload.digest(code) != os.environ[CODE_DIGEST_ENV]):
+    result_path = Path(os.environ[envvars.RESULT_PATH])
+    error_path = Path(os.environ[envvars.ERROR_PATH])
+    if payload.digest(blob) != os.environ[envvars.PAYLOAD_DIGEST] or (
+            code_path and payload.digest(code) != os.environ[envvars.CALL_CODE_DIGEST]):
         exc = PayloadError("payload does not match the digest it was stored under; refusing "
                            "to unpickle it")
         _write_failure(error_path, exc, {}, "sdk")
         return 1
-    limit = int(os.environ.get("FLOW_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES))
+    limit = int(os.environ.get(envvars.MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_BYTES))
     origins: CodeOrigins = {}
     try:
         _stage("importing your code")  # unpickling the call imports the modules it uses

@@ -13,16 +13,10 @@ from pathlib import Path
 
 from flow_sdk import procs, wire
 from flow_sdk.node.agent import spawn as _spawn
-from flow_sdk.node.agent.worker import (
-    CALL_CODE_FILE,
-    CODE_DIGEST_ENV,
-    CODE_PATH_ENV,
-    STACKS_PATH_ENV,
-    STAGE_PATH_ENV,
-)
-from flow_sdk.node.current import PROGRESS_PATH_ENV
+from flow_sdk.node.agent.worker import CALL_CODE_FILE
 from flow_sdk.providers.base import LogRecord, LogStore
 from flow_sdk.wire.loglines import LineSplitter
+from flow_sdk.wire import envvars
 
 Spawn = Callable[[Mapping[str, str], Path], _spawn.Process]
 
@@ -138,17 +132,17 @@ class WorkerGroup:
             rank = self._node_rank * len(self._envs) + local_rank
             env = dict(os.environ)
             env.update(extra)
-            env.update({"PYTHONUNBUFFERED": "1", "FLOW_AGENT_PID": str(os.getpid()),
-                        "FLOW_PAYLOAD_PATH": str(self.workdir / "payload"),
-                        "FLOW_PAYLOAD_DIGEST": self._payload_digest,
-                        "FLOW_RESULT_PATH": str(self.result_path(rank)),
-                        "FLOW_ERROR_PATH": str(self.error_path(rank)),
-                        PROGRESS_PATH_ENV: str(self.progress_path(rank)),
-                        STACKS_PATH_ENV: str(self.stacks_path(rank)),
-                        STAGE_PATH_ENV: str(self.stage_path(rank))})
+            env.update({"PYTHONUNBUFFERED": "1", envvars.AGENT_PID: str(os.getpid()),
+                        envvars.PAYLOAD_PATH: str(self.workdir / "payload"),
+                        envvars.PAYLOAD_DIGEST: self._payload_digest,
+                        envvars.RESULT_PATH: str(self.result_path(rank)),
+                        envvars.ERROR_PATH: str(self.error_path(rank)),
+                        envvars.PROGRESS_PATH: str(self.progress_path(rank)),
+                        envvars.STACKS_PATH: str(self.stacks_path(rank)),
+                        envvars.STAGE_PATH: str(self.stage_path(rank))})
             if self._code_digest:
-                env.update({CODE_PATH_ENV: str(self.workdir / CALL_CODE_FILE),
-                            CODE_DIGEST_ENV: self._code_digest})
+                env.update({envvars.CALL_CODE_PATH: str(self.workdir / CALL_CODE_FILE),
+                            envvars.CALL_CODE_DIGEST: self._code_digest})
             if "RANK" in extra and "TORCHELASTIC_ERROR_FILE" not in extra:  # like torchrun's,
                 env["TORCHELASTIC_ERROR_FILE"] = str(  # for torch.distributed.elastic's @record
                     self._results / f"torchelastic-error-{rank}.json")

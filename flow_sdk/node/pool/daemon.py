@@ -39,8 +39,6 @@ from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.spec import TaskSpec
 from flow_sdk.wire import (
-    BOOT_ENV,
-    BOOT_FILE_ENV,
     BootConfig,
     MembershipRecord,
     TaskRecord,
@@ -57,6 +55,7 @@ from flow_sdk.wire.pools import (
     member_key,
     pool_key,
 )
+from flow_sdk.wire import envvars
 
 POLL_MIN_S = 0.05  # how often an idle node looks for work within FAST_WINDOW_S of a task
 POLL_MAX_S = 0.25  # ... and after that (a listing of the store costs a request)
@@ -75,8 +74,8 @@ class PoolDaemon:
         self.provider = get_provider(boot.provider, boot.provider_config)
         self.secret = signing.secret_from_hex(boot.secret)
         self.store = signing.SignedStore(self.provider.store, self.secret)
-        self.base_env = {k: v for k, v in os.environ.items() if k not in (BOOT_ENV,
-                                                                          BOOT_FILE_ENV)}
+        self.base_env = {k: v for k, v in os.environ.items() if k not in (envvars.BOOT,
+                                                                          envvars.BOOT_FILE)}
         self.code_dir = root / "code"
         self.tasks_dir = root / "tasks"
         self.timer = IdleTimer(os.environ)
@@ -265,7 +264,7 @@ class PoolDaemon:
             signal.signal(sig, signal.SIG_DFL)
         os.chdir(workdir)
         os.environ.clear()
-        os.environ.update({**self.base_env, "FLOW_NODE_WORKDIR": str(workdir),
+        os.environ.update({**self.base_env, envvars.NODE_WORKDIR: str(workdir),
                            "TMPDIR": str(workdir / "tmp")})
         return serve(Agent(boot, self.instance_id, self.address, workdir,
                            template=self.template, code_cache=self.code_dir))
@@ -371,7 +370,7 @@ def _kill_session(pid: int) -> None:
 def main() -> int:
     boot, instance_id, address = take_node_boot()  # the secret's traces go with it
     daemon = PoolDaemon(boot, instance_id, address,
-                        Path(os.environ.get("FLOW_NODE_WORKDIR", os.getcwd())))
+                        Path(os.environ.get(envvars.NODE_WORKDIR, os.getcwd())))
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         daemon.stopping = True

@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping
 
 from flow_sdk.errors import FlowError
+from flow_sdk.wire import envvars
 
-POWEROFF_ENV = "FLOW_NODE_POWEROFF"
 CAP_GRACE_MINUTES = 10  # a running task's own runtime cap fires first; this is a backstop
 
 
@@ -24,7 +24,7 @@ class IdleTimer:
     """Arms and holds the node's power-off."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
-        self.os_timer = environ.get(POWEROFF_ENV) == "shutdown"
+        self.os_timer = environ.get(envvars.NODE_POWEROFF) == "shutdown"
         self.deadline: float | None = None
 
     def describe(self) -> str:

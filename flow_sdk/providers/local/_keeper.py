@@ -17,8 +17,9 @@ it). The keeper:
   the agent still there — frozen, or stuck past its own cap — it stops every process of the
   node, so a cap holds even when no agent can enforce it.
 
-Only the standard library may be imported here. Run by path, it loads ``flow_sdk/procs.py``
-(standard library only too) by its path, without importing the ``flow_sdk`` package.
+Only the standard library may be imported here. Run by path, it loads ``flow_sdk/procs.py`` and
+``flow_sdk/wire/envvars.py`` (standard library only too) by their paths, without importing the
+``flow_sdk`` package.
 """
 
 from __future__ import annotations
@@ -36,31 +37,30 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
-INSTANCE_ENV = "FLOW_INSTANCE_ID"  # every process of a local node carries its instance id
-DEADLINE_ENV = "FLOW_NODE_DEADLINE"  # when the keeper stops the node (epoch seconds), if set
 _PR_SET_PDEATHSIG = 1
 
 
-def _procs() -> ModuleType:
-    """``flow_sdk.procs``: imported within the package, else loaded from its file."""
+def _sibling(name: str) -> ModuleType:
+    """``flow_sdk.<name>`` (a standard-library-only module): imported within the package, else
+    loaded from its file."""
     if __package__:
-        from flow_sdk import procs
-        return procs
-    path = Path(__file__).resolve().parents[2] / "procs.py"
-    spec = importlib.util.spec_from_file_location("flow_sdk_procs", path)
+        return importlib.import_module(f"flow_sdk.{name}")
+    path = Path(__file__).resolve().parents[2].joinpath(*name.split(".")).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(f"flow_sdk_{name.replace('.', '_')}", path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load the process helpers from {path}")
+        raise ImportError(f"cannot load flow_sdk.{name} from {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-procs = _procs()
+procs = _sibling("procs")
+envvars = _sibling("wire.envvars")  # the FLOW_* variables the keeper reads
 
 
 def stop_node_processes(instance_ids: Collection[str]) -> list[int]:
     """Stop every process that carries one of these nodes' instance ids; returns their PIDs."""
-    return list(procs.stop_pids(procs.pids_with_env(INSTANCE_ENV, instance_ids)))
+    return list(procs.stop_pids(procs.pids_with_env(envvars.INSTANCE_ID, instance_ids)))
 
 
 def _die_with_parent() -> None:
@@ -168,7 +168,7 @@ def keep(stream_path: Path, instance_id: str, sshd_argv: Sequence[str]) -> int:
 
 def _cap_deadline(environ: Mapping[str, str]) -> float | None:
     """``FLOW_NODE_DEADLINE`` as epoch seconds, or None when the task has no runtime cap."""
-    value = environ.get(DEADLINE_ENV)
+    value = environ.get(envvars.NODE_DEADLINE)
     return float(value) if value else None
 
 

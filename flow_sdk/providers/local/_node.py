@@ -14,6 +14,7 @@ from typing import Any
 from flow_sdk import procs, wire
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.local import _keeper
+from flow_sdk.wire import envvars
 
 KEEPER_EXIT_WAIT_S = 3.0  # after the agent stops, how long its keeper may take to drain and exit
 # Past the runtime cap by this much with its agent still there, the keeper stops the node (the
@@ -44,24 +45,24 @@ def node_env(request: LaunchRequest, instance_id: str, address: str, workdir: Pa
              gpus: str) -> dict[str, str]:
     """The environment of the node's agent and keeper; writes the boot file into ``workdir``."""
     env = dict(os.environ)
-    env[wire.BOOT_FILE_ENV] = str(_boot_file(request.boot, workdir / "boot.json"))
-    env[_keeper.INSTANCE_ENV] = instance_id
-    env[wire.ADDRESS_ENV] = address
+    env[envvars.BOOT_FILE] = str(_boot_file(request.boot, workdir / "boot.json"))
+    env[envvars.INSTANCE_ID] = instance_id
+    env[envvars.NODE_ADDRESS] = address
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH"))
                                         if p)
     env["CUDA_VISIBLE_DEVICES"] = gpus
     # Workers share this machine's cores with every other local node of the task.
-    env["FLOW_NODE_CORES"] = str(max(1, len(os.sched_getaffinity(0))
+    env[envvars.NODE_CORES] = str(max(1, len(os.sched_getaffinity(0))
                                      // request.spec.num_instances))
     hours = request.spec.max_run_time_hours
     if hours is not None and request.boot.role == "task":  # a pool's daemon has no cap
-        env[_keeper.DEADLINE_ENV] = repr(time.time() + hours * 3600 + CAP_GRACE_S)
+        env[envvars.NODE_DEADLINE] = repr(time.time() + hours * 3600 + CAP_GRACE_S)
     return env
 
 
 def without_boot(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` without the boot file's name: only the agent reads it (and removes it)."""
-    return {k: v for k, v in env.items() if k != wire.BOOT_FILE_ENV}
+    return {k: v for k, v in env.items() if k != envvars.BOOT_FILE}
 
 
 def spawn(env: Mapping[str, str], workdir: Path, stream: Path, instance_id: str,
@@ -104,7 +105,7 @@ def launching(record: Mapping[str, Any]) -> bool:
     if "pid" in record:
         return False
     return procs.is_alive(record["launcher_pid"], record["launcher_ticks"]) or bool(
-        procs.pids_with_env(_keeper.INSTANCE_ENV, [record["instance_id"]]))
+        procs.pids_with_env(envvars.INSTANCE_ID, [record["instance_id"]]))
 
 
 def agent_alive(record: Mapping[str, Any]) -> bool:
@@ -143,7 +144,7 @@ def stop(records: Sequence[Mapping[str, Any]]) -> None:
 def node_pids(records: Sequence[Mapping[str, Any]]) -> list[int]:
     """Every live process of these nodes: agents, workers, keepers, sshd, SSH sessions and
     what they started (Linux; agents and keepers elsewhere)."""
-    pids = set(procs.pids_with_env(_keeper.INSTANCE_ENV, [r["instance_id"] for r in records]))
+    pids = set(procs.pids_with_env(envvars.INSTANCE_ID, [r["instance_id"] for r in records]))
     pids.update(r["pid"] for r in records if agent_alive(r))
     pids.update(r["keeper_pid"] for r in records if keeper_alive(r))
     return sorted(pids)

@@ -6,7 +6,7 @@ read from the node records the agent publishes in the store, plus the task's
 ``environment``) and runs the requested command, or an interactive shell, in the user's shell.
 
 Only the standard library may be imported here: sshd runs this file by path, without
-site-packages.
+site-packages (the ``FLOW_*`` names come from ``flow_sdk/wire/envvars.py``, run by its path).
 """
 
 from __future__ import annotations
@@ -14,10 +14,18 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import runpy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NoReturn
+
+if __package__:
+    from flow_sdk.wire import envvars
+else:  # sshd runs this file by path, without the package: its one module of FLOW_* names
+    envvars = SimpleNamespace(**runpy.run_path(  # type: ignore[assignment]
+        str(Path(__file__).resolve().parents[2] / "wire" / "envvars.py")))
 
 SESSION_FILE = "session.json"  # the session settings, in the node's SSH directory
 # Variables an SSH session keeps from sshd rather than taking the node's value.
@@ -51,11 +59,11 @@ def session_env(settings: dict[str, object], login_env: dict[str, str]) -> dict[
     mine = [r for r in records if r.get("instance_id") == instance_id]
     if mine:
         leader = [r for r in records if r.get("node") == 0]
-        env["FLOW_TASK_ID"] = str(settings["task_id"])
-        env["FLOW_NODE_RANK"] = str(mine[0]["node"])
-        env["FLOW_NUM_NODES"] = str(len(records))
+        env[envvars.TASK_ID] = str(settings["task_id"])
+        env[envvars.NODE_RANK] = str(mine[0]["node"])
+        env[envvars.NUM_NODES] = str(len(records))
         if leader:
-            env["FLOW_MAIN_IP"] = str(leader[0]["address"])
+            env[envvars.MAIN_IP] = str(leader[0]["address"])
     task_file = Path(str(settings["task_file"]))
     if task_file.is_file():
         spec = json.loads(task_file.read_text()).get("spec", {})

@@ -20,6 +20,7 @@ from flow_sdk.node.agent import worker
 from flow_sdk.errors import ValidationError
 from flow_sdk.procs import free_port
 from flow_sdk.spec import build_task_spec
+from flow_sdk.wire import envvars
 
 KEY = secrets.token_bytes(32)
 
@@ -123,9 +124,9 @@ def test_run_on_head_needs_auto_mode_and_the_worker_routes_through_the_head_job(
     with pytest.raises(ValidationError, match="run_on"):
         build_task_spec(app="a", name="n", run_on="head-node")
     call = payload.Call(_times_ten, (1,), {}, {})
-    monkeypatch.delenv(headjob.KEY_ENV, raising=False)
+    monkeypatch.delenv(envvars.HEAD_JOB_KEY, raising=False)
     assert worker._run(call) == 10  # no link key: the plain call
-    monkeypatch.setenv(headjob.KEY_ENV, "zz" * 32)  # a link key: through the head job
+    monkeypatch.setenv(envvars.HEAD_JOB_KEY, "zz" * 32)  # a link key: through the head job
     with pytest.raises(headjob.HeadJobError, match="64-hex-digit"):
         worker._run(call)
 
@@ -136,10 +137,10 @@ def test_the_link_key_comes_from_the_task_secret_never_from_the_payload(
     key = headjob.link_key(secret)
     assert len(key) == 64 and key == headjob.link_key(secret) != headjob.link_key(KEY)
     assert key != secret.hex()  # derived: a worker's environment never holds the secret
-    monkeypatch.delenv(headjob.KEY_ENV, raising=False)
-    with pytest.raises(headjob.HeadJobError, match=headjob.KEY_ENV):
+    monkeypatch.delenv(envvars.HEAD_JOB_KEY, raising=False)
+    with pytest.raises(headjob.HeadJobError, match=envvars.HEAD_JOB_KEY):
         headjob.run_head_only(_times_ten, (1,), {})
-    monkeypatch.setenv(headjob.KEY_ENV, "zz" * 32)
+    monkeypatch.setenv(envvars.HEAD_JOB_KEY, "zz" * 32)
     with pytest.raises(headjob.HeadJobError, match="64-hex-digit"):
         headjob.run_head_only(_times_ten, (1,), {})
 

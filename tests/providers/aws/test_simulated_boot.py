@@ -22,7 +22,8 @@ from flow_testing import results_or_cancel, wait_until
 
 from flow_sdk import FlowApp, TaskFailedError, TaskStatus, ValidationError, sdkwheel
 from flow_sdk.errors import ProviderError
-from flow_sdk.sim import INSTANCE_ENV, AwsSimProvider
+from flow_sdk.sim import AwsSimProvider
+from flow_sdk.wire import envvars
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def _tagged(proc: Path, task_id: str) -> bool:
         environ = (proc / "environ").read_bytes().split(b"\0")
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return False
-    return any(item.startswith(f"{INSTANCE_ENV}={task_id}/".encode()) for item in environ)
+    return any(item.startswith(f"{envvars.SIM_INSTANCE}={task_id}/".encode()) for item in environ)
 
 
 def _sim(aws: AwsWorld, **settings: Any) -> FlowApp:

@@ -30,7 +30,8 @@ from moto.ec2.responses.instances import InstanceResponse
 from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, tasksecrets, wire
 from flow_sdk.providers.aws._iam import role_path
 from flow_sdk.wire import LaunchRecord
-from flow_sdk.sim import INSTANCE_ENV, AwsSimProvider, SimulatedNodes
+from flow_sdk.sim import AwsSimProvider, SimulatedNodes
+from flow_sdk.wire import envvars
 from fake_imds import FakeImds
 
 pytestmark = pytest.mark.slow
@@ -196,7 +197,7 @@ def _node_pids(task_id: str) -> list[int]:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
-        if any(item.startswith(f"{INSTANCE_ENV}={task_id}/".encode()) for item in environ):
+        if any(item.startswith(f"{envvars.SIM_INSTANCE}={task_id}/".encode()) for item in environ):
             found.append(int(proc.name))
     return found
 

@@ -48,6 +48,10 @@ class LaunchWarning(UserWarning):
     """A plan that a launch would refuse as it stands (``app.plan`` warns, launching raises)."""
 
 
+class ProviderWarning(UserWarning):
+    """An installed provider plug-in that is left out (it takes a built-in provider's name)."""
+
+
 class ProviderError(FlowError):
     """A provider could not do what was asked (launch, describe, terminate, store)."""
 

@@ -1,15 +1,23 @@
 """Providers behind one interface. Built-ins: ``local`` (default), ``aws`` and ``aws-sim`` (the
 simulated cloud, ``flow_sdk.sim``: named here by string, never imported); more plug in
-through the ``flow_sdk.providers`` entry-point group."""
+through the ``flow_sdk.providers`` entry-point group, where the built-ins are registered too.
+
+A provider's module is imported only when a task or command uses it. A plug-in never hides a
+built-in (its entry under a built-in's name is reported and left out); one registered twice
+with the same class counts once; a plug-in that cannot be loaded, or that two distributions
+register with different classes, is a ``ProviderError`` naming its distribution when it is
+used, and never stops the others from being listed or used."""
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from flow_sdk.errors import ProviderError, install_hint
+from flow_sdk.errors import ProviderError, ProviderWarning, install_hint
 from flow_sdk.providers.base import (
     Instance,
     LaunchRequest,
@@ -19,8 +27,11 @@ from flow_sdk.providers.base import (
     Provider,
 )
 
+GROUP = "flow_sdk.providers"  # the entry-point group providers register in
 # What a built-in provider needs beyond the SDK's own dependencies (by index name).
 _PACKAGES = {"aws": ("boto3",)}
+# The built-ins, also registered in GROUP (pyproject.toml): this table serves when the SDK runs
+# from a source folder without its distribution's metadata, and no plug-in can take a name here.
 _BUILTIN = {
     "local": "flow_sdk.providers.local:LocalProvider",
     "aws": "flow_sdk.providers.aws:AwsProvider",
@@ -28,30 +39,64 @@ _BUILTIN = {
 }
 
 
-def _targets() -> dict[str, str]:
-    targets = {ep.name: ep.value for ep in entry_points(group="flow_sdk.providers")}
-    targets.update(_BUILTIN)  # built-ins cannot be shadowed by a plug-in
-    return targets
+@dataclass(frozen=True)
+class _Entry:
+    """Where a provider's class is (``module:attribute``) and which distribution says so."""
+
+    target: str
+    distribution: str
+
+
+def _entries() -> dict[str, list[_Entry]]:
+    """Every provider by name: the built-ins, then the group's entry points, each distinct
+    (name, target) once (an editable install can list its distribution twice). A plug-in's
+    entry under a built-in's name is reported and left out: it never hides the built-in."""
+    found: dict[str, list[_Entry]] = {name: [_Entry(target, "the SDK itself")]
+                                      for name, target in _BUILTIN.items()}
+    for ep in entry_points(group=GROUP):
+        dist = ep.dist.name if ep.dist is not None else "an unnamed distribution"
+        if ep.name in _BUILTIN:
+            if ep.value != _BUILTIN[ep.name]:
+                warnings.warn(ProviderWarning(
+                    f"{dist} registers a provider named {ep.name!r} ({ep.value}); that is a "
+                    f"built-in provider's name, so it is ignored: rename the entry point in "
+                    f"{dist}'s {GROUP!r} group"), stacklevel=3)
+            continue
+        entries = found.setdefault(ep.name, [])
+        if all(entry.target != ep.value for entry in entries):
+            entries.append(_Entry(ep.value, dist))
+    return found
 
 
 def available_providers() -> list[str]:
-    return sorted(_targets())
+    """The names a task may use as ``provider=`` (nothing is imported to list them)."""
+    return sorted(_entries())
 
 
 def provider_class(name: str) -> type[Provider]:
-    target = _targets().get(name)
-    if target is None:
-        raise ProviderError(f"unknown provider {name!r}; available: {', '.join(available_providers())}")
-    module_name, _, attr = target.partition(":")
+    entries = _entries().get(name)
+    if entries is None:
+        raise ProviderError(f"unknown provider {name!r}; available: "
+                            f"{', '.join(available_providers())}")
+    if len(entries) > 1:
+        listed = "; ".join(f"{e.distribution} ({e.target})" for e in entries)
+        raise ProviderError(f"provider {name!r} is registered by more than one installed "
+                            f"distribution with different classes: {listed}; uninstall all "
+                            "but one")
+    entry = entries[0]
+    module_name, _, attr = entry.target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         needs = _PACKAGES.get(name)
         hint = f"; {install_hint(f'the {name} provider', *needs)}" if needs else ""
-        raise ProviderError(f"provider {name!r} cannot be loaded: {exc}{hint}") from exc
-    cls = getattr(module, attr)
+        raise ProviderError(f"provider {name!r} ({entry.target}, from {entry.distribution}) "
+                            f"cannot be loaded: {exc}{hint}") from exc
+    cls = getattr(module, attr, None) if attr else None
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
-        raise ProviderError(f"{target} is not a flow_sdk Provider")
+        raise ProviderError(f"provider {name!r}: {entry.target} (from {entry.distribution}) "
+                            "is not a flow_sdk Provider class; fix the entry point in its "
+                            f"{GROUP!r} group")
     return cls
 
 
@@ -67,5 +112,5 @@ def attach_provider(name: str, config: Mapping[str, Any] | None = None) -> Provi
     return provider_class(name).attach(config if config is not None else {})
 
 
-__all__ = ["Instance", "LaunchRequest", "LogRecord", "LogStore", "ObjectStore", "Provider",
+__all__ = ["GROUP", "Instance", "LaunchRequest", "LogRecord", "LogStore", "ObjectStore", "Provider",
            "attach_provider", "available_providers", "get_provider", "provider_class"]

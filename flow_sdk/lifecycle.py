@@ -29,14 +29,13 @@ from collections.abc import Collection
 
 from flow_sdk import poolfiles, tasksecrets, wire
 from flow_sdk.errors import RecordError, SignatureError
-from flow_sdk.wire import LaunchLease, Outcome, TaskRecord, TaskStatus
+from flow_sdk.wire import LaunchLease, Outcome, TaskRecord, TaskStatus, runtimecap
 from flow_sdk.providers.base import GcReport, ObjectStore, Provider
 from flow_sdk.providers.objects_gc import ObjectsReport, remove_finished_tasks
 from flow_sdk.wire.pools import MemberRecord, PoolRecord, members_prefix, pool_key
 from flow_sdk.wire.signing import SignedStore
 
 PAST_IDLE_STOP_S = 120.0  # a pool node this long past its idle stop should have stopped
-RUNTIME_GRACE_S = 3600.0  # past max_run_time_hours by this much, gc counts a task as ended
 
 ORPHANED = "no client record on this machine (the task is recorded CANCELLED)"
 ORPHANED_DRY_RUN = "no client record on this machine (the task would be recorded CANCELLED)"
@@ -125,11 +124,13 @@ def _sealed_record(store: SignedStore, task_id: str) -> TaskRecord | None:
 
 
 def _past_cap(record: TaskRecord, now: float) -> bool:
-    """Whether the task (by its sealed record) is ``RUNTIME_GRACE_S`` past its runtime cap."""
+    """Whether the task (by its sealed record) is past its runtime cap and gc's grace
+    (``runtimecap.GC``)."""
     cap = record.spec.get("max_run_time_hours")
     if isinstance(cap, bool) or not isinstance(cap, (int, float)):
         return False
-    return now > record.created_at + float(cap) * 3600 + RUNTIME_GRACE_S
+    deadline = runtimecap.GC.deadline(record.created_at, float(cap))
+    return deadline is not None and now > deadline
 
 
 # -- judgements: the outcome each way of ending gets ----------------------------------------
@@ -216,7 +217,7 @@ def unreported_end(provider: Provider, store: SignedStore, task_id: str, now: fl
     """Why a task with no outcome has ended all the same, from its sealed records and the
     provider's own view, else None: its launch was rolled back, or cut short (its launching
     client stopped renewing the lease), or its gang launched and no instance of it is up any
-    more, or it is ``RUNTIME_GRACE_S`` past its runtime cap."""
+    more, or it is past its runtime cap and gc's grace (``runtimecap.GC``)."""
     lease = launch_lease(store, task_id)
     if lease is not None and lease.state == "rolled-back":
         return "its launch ended without a gang and was rolled back"

@@ -1,7 +1,7 @@
 """The caller's guard on the runtime cap: the nodes enforce ``max_run_time_hours`` themselves
 (their agents, and on a cloud the node's own power-off timer), but nodes that stopped
-answering (every agent frozen) enforce nothing. ``CAP_GRACE_S`` past the cap, ``Task.status``
-reads TIMED_OUT even without an outcome, so a waiting caller ends: ``Task.wait`` records the
+answering (every agent frozen) enforce nothing. Past the cap and the caller's grace
+(``wire.runtimecap.CALLER``), ``Task.status`` reads TIMED_OUT even without an outcome, so a waiting caller ends: ``Task.wait`` records the
 outcome (``judged``) and tears the nodes down."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Protocol
 from flow_sdk.errors import SignatureError, TaskNotFoundError
 from flow_sdk.spec import TaskSpec
 from flow_sdk.wire import Outcome, TaskRecord, TaskStatus
+from flow_sdk.wire.runtimecap import CALLER
 
-CAP_GRACE_S = 15.0  # past the cap, the nodes had this long to stop the task themselves
 _DEADLINES: dict[str, float | None] = {}  # task id -> its deadline (records never change)
 
 
@@ -32,8 +32,7 @@ def cap_deadline(task: _Launched) -> float | None:
         except (TaskNotFoundError, SignatureError):
             return None  # no (trusted) record: the nodes' own reports decide, as before
         cap_h = TaskSpec.model_validate(record.spec).max_run_time_hours
-        _DEADLINES[task.task_id] = (None if cap_h is None
-                                    else record.created_at + cap_h * 3600 + CAP_GRACE_S)
+        _DEADLINES[task.task_id] = CALLER.deadline(record.created_at, cap_h)
     return _DEADLINES[task.task_id]
 
 
@@ -43,7 +42,7 @@ def overdue(deadline: float | None, now: float | None = None) -> Outcome | None:
     if deadline is None or now < deadline:
         return None
     return Outcome(TaskStatus.TIMED_OUT.value, "the task passed its max_run_time_hours cap by "
-                   f"{CAP_GRACE_S:.0f} s and no node stopped it (its nodes stopped answering); "
+                   f"{CALLER.grace_s:.0f} s and no node stopped it (its nodes stopped answering); "
                    "the caller stopped it", now, label="infra")
 
 

@@ -1,13 +1,14 @@
 """What crosses the wire between the client and the node agents: the store's key layout
 (``keys``), the records and their enums (``records``), the typed boot configuration
-(``boot``), the signatures over all of it (``signing``) and every ``FLOW_*`` environment
-variable (``envvars``).
+(``boot``), the signatures over all of it (``signing``), every ``FLOW_*`` environment
+variable (``envvars``) and who enforces the runtime cap when (``runtimecap``).
 
 Standard library and ``flow_sdk.errors`` only (an import-linter contract keeps it so), so
 both sides of the wire can import it and it can never pull either side in.
 """
 
 import flow_sdk.wire.envvars as envvars
+import flow_sdk.wire.runtimecap as runtimecap
 from flow_sdk.wire.boot import (
     BootConfig,
     node_boot,
@@ -60,7 +61,7 @@ from flow_sdk.wire.records import (
 )
 
 __all__ = [
-    "BootConfig", "envvars",
+    "BootConfig", "envvars", "runtimecap",
     "node_boot", "take_node_boot",
     "EVENT_MARK", "agent_stream", "agent_up_key", "agents_up_prefix", "cancel_key", "code_key",
     "decider_key", "error_key", "launch_key", "launch_lease_key", "membership_key", "node_key",

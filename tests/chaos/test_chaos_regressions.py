@@ -83,15 +83,15 @@ def test_a_lone_frozen_node_is_timed_out_by_its_caller(
     """Seed 174 (one local node of 2 workers, its agent frozen by SIGSTOP at boot) hung: the
     runtime cap is enforced by the agent, so no process enforced it, and the node, alive,
     never read as gone. The waiting caller now records TIMED_OUT once the cap has passed by
-    ``capguard.CAP_GRACE_S`` and tears the node down (frozen processes included)."""
-    from flow_sdk.client import capguard
+    ``runtimecap.CALLER`` and tears the node down (frozen processes included)."""
+    from flow_sdk.wire import runtimecap
 
     _short_cap(monkeypatch, "local", 8.0)
     scenario, result, replay = _replay(174, tmp_path, monkeypatch, "TIMED_OUT")
     print(f"seed 174: TIMED_OUT {result.terminal_s}s after the strike, {result.wall_s}s in all")
     assert (scenario.provider, scenario.nodes, scenario.kinds) == ("local", 1, ["sigstop-leader"])
     _stopped_by_the_caller(tmp_path, 174, result, replay)
-    assert result.terminal_s < capguard.CAP_GRACE_S + 30
+    assert result.terminal_s < runtimecap.CALLER.grace_s + 30
 
 
 def test_a_lone_frozen_simulated_node_ends_a_blocking_call(

@@ -40,7 +40,7 @@ from flow_sdk.wire.pools import pool_of_task
 from flow_sdk.providers import get_provider
 from flow_sdk.sdkwheel import PythonMismatchError
 from flow_sdk.spec import TaskSpec
-from flow_sdk.wire import envvars
+from flow_sdk.wire import envvars, runtimecap
 
 
 class Agent:
@@ -128,11 +128,9 @@ class Agent:
     @staticmethod
     def _runtime_cap(spec: TaskSpec, record: TaskRecord) -> Deadline | None:
         """The cap counts from the task's creation, so a replacement node gets only what is
-        left."""
-        if spec.max_run_time_hours is None:
-            return None
-        return Deadline(time.monotonic() + record.created_at + spec.max_run_time_hours * 3600
-                        - time.time())
+        left; the agents act first (``runtimecap.AGENT``)."""
+        at = runtimecap.AGENT.deadline(record.created_at, spec.max_run_time_hours)
+        return None if at is None else Deadline(time.monotonic() + at - time.time())
 
     def _run_generations(self, spec: TaskSpec, record: TaskRecord, cap: Deadline | None) -> int:
         number = self.node.records.current_generation()

@@ -15,9 +15,8 @@ import time
 from collections.abc import Mapping
 
 from flow_sdk.errors import FlowError
-from flow_sdk.wire import envvars
+from flow_sdk.wire import envvars, runtimecap
 
-CAP_GRACE_MINUTES = 10  # a running task's own runtime cap fires first; this is a backstop
 
 
 class IdleTimer:
@@ -36,10 +35,12 @@ class IdleTimer:
         self._shutdown(seconds)
 
     def hold(self, cap_s: float | None) -> None:
-        """A task runs: no idle stop; with a runtime cap, power off ``cap_s`` plus a grace
-        from now (the task's agent stops it at its cap first)."""
+        """A task runs: no idle stop; with a runtime cap, power off ``cap_s`` plus the
+        power-off grace (``runtimecap.POWER_OFF``) from now (the task's agent stops it at its
+        cap first)."""
         self.deadline = None
-        self._shutdown(None if cap_s is None else cap_s + CAP_GRACE_MINUTES * 60)
+        self._shutdown(None if cap_s is None
+                       else cap_s + runtimecap.POWER_OFF.grace_minutes() * 60)
 
     def expired(self, now: float | None = None) -> bool:
         return self.deadline is not None and (time.time() if now is None else now) >= \

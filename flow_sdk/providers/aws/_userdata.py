@@ -15,11 +15,10 @@ from importlib import resources
 from typing import Any
 
 from flow_sdk.errors import ProviderError
-from flow_sdk.wire import BootConfig
+from flow_sdk.wire import BootConfig, runtimecap
 
 TEMPLATE_NAME = "bootstrap.sh.tmpl"
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64
-SHUTDOWN_GRACE_MINUTES = 10  # the agent's own cap fires first; the power-off is a backstop
 _PLACEHOLDER_RE = re.compile(r"@@([A-Z0-9_]+)@@")
 
 
@@ -67,7 +66,8 @@ def render(inputs: BootstrapInputs) -> str:
                             "the nodes read it from its SSM parameter")
     shutdown = 0
     if inputs.max_run_time_hours is not None:
-        shutdown = math.ceil(inputs.max_run_time_hours * 60) + SHUTDOWN_GRACE_MINUTES
+        shutdown = (math.ceil(inputs.max_run_time_hours * 60)
+                    + runtimecap.POWER_OFF.grace_minutes())
     values = {
         "BOOT_JSON": shlex.quote(inputs.boot.encode()),
         "SECRET_PARAMETER": shlex.quote(inputs.secret_parameter),

@@ -14,12 +14,9 @@ from typing import Any
 from flow_sdk import procs, wire
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.local import _keeper
-from flow_sdk.wire import envvars
+from flow_sdk.wire import envvars, runtimecap
 
 KEEPER_EXIT_WAIT_S = 3.0  # after the agent stops, how long its keeper may take to drain and exit
-# Past the runtime cap by this much with its agent still there, the keeper stops the node (the
-# agent's own cap fires first; the keeper is the backstop, as a cloud node's power-off timer).
-CAP_GRACE_S = 60.0
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # the folder that holds flow_sdk
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # agents and keepers this process started
@@ -56,7 +53,7 @@ def node_env(request: LaunchRequest, instance_id: str, address: str, workdir: Pa
                                      // request.spec.num_instances))
     hours = request.spec.max_run_time_hours
     if hours is not None and request.boot.role == "task":  # a pool's daemon has no cap
-        env[envvars.NODE_DEADLINE] = repr(time.time() + hours * 3600 + CAP_GRACE_S)
+        env[envvars.NODE_DEADLINE] = repr(runtimecap.KEEPER.deadline(time.time(), hours))
     return env
 
 

@@ -192,7 +192,7 @@ def test_runtime_cap_is_an_os_timer_armed_first_and_the_node_terminates(
                            check=False)
     assert check.returncode == 0, check.stderr
     commands = _commands(script)
-    assert commands[0] == "FLOW_SHUTDOWN_MINUTES=70"  # 60 minutes + the agent's grace
+    assert commands[0] == "FLOW_SHUTDOWN_MINUTES=70"  # 60 minutes + runtimecap.POWER_OFF's 10
     assert commands[1] == 'if [ "$FLOW_SHUTDOWN_MINUTES" -gt 0 ]; then'
     assert commands[2].startswith('shutdown -h "+${FLOW_SHUTDOWN_MINUTES}"')
     for later in ("set -euo pipefail", "trap finish EXIT", "curl", "pip install",

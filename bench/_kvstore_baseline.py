@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from flow_sdk.rendezvous.kvstore import dial
+from flow_sdk.node.rendezvous.kvstore import dial
 
 
 class _Handler(socketserver.StreamRequestHandler):

@@ -67,7 +67,7 @@ from flow_sdk.wire import (  # noqa: E402
 )
 from flow_sdk.providers.aws import AwsProvider  # noqa: E402
 from flow_sdk.providers.base import LaunchRequest  # noqa: E402
-from flow_sdk.rendezvous import Membership, discover, from_record  # noqa: E402
+from flow_sdk.node.rendezvous import Membership, discover, from_record  # noqa: E402
 from flow_sdk.spec import build_task_spec  # noqa: E402
 
 REGION = "us-east-1"

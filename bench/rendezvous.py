@@ -14,7 +14,7 @@ loopback) each connect as one node would, then:
 
 "old" is a faithful copy of the store before it was rebuilt (``bench/_kvstore_baseline.py``:
 a thread per connection, listen backlog 5, the barrier polled every 20 ms, the failure flag
-checked every tick). "new" is ``flow_sdk.rendezvous`` as the agents use it: an event loop,
+checked every tick). "new" is ``flow_sdk.node.rendezvous`` as the agents use it: an event loop,
 backlog 4096, authenticated connections, a barrier and a failure watch that block on the server.
 """
 
@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _kvstore_baseline import OldKVClient, OldKVServer, old_barrier, old_watch_tick  # noqa: E402
 
 from flow_sdk.errors import FlowError  # noqa: E402
-from flow_sdk.rendezvous.kvstore import KVClient, KVServer  # noqa: E402
-from flow_sdk.rendezvous.membership import Membership  # noqa: E402
-from flow_sdk.rendezvous.store import NodeStore  # noqa: E402
+from flow_sdk.node.rendezvous.kvstore import KVClient, KVServer  # noqa: E402
+from flow_sdk.node.rendezvous.membership import Membership  # noqa: E402
+from flow_sdk.node.rendezvous.store import NodeStore  # noqa: E402
 
 HOST = "127.0.0.1"
 TICK_S = 0.25

@@ -124,8 +124,8 @@ def test_an_import_of_the_simulated_cloud_from_the_aws_provider_breaks_the_contr
 @pytest.mark.parametrize(("module", "line", "contract", "chain"), [
     ("client/app.py", "import flow_sdk.node.headjob", "client-not-node",
      "flow_sdk.client.app -> flow_sdk.node.headjob"),
-    ("client/task.py", "import flow_sdk.rendezvous.store", "client-not-node",
-     "flow_sdk.client.task -> flow_sdk.rendezvous.store"),
+    ("client/task.py", "import flow_sdk.node.rendezvous.store", "client-not-node",
+     "flow_sdk.client.task -> flow_sdk.node.rendezvous.store"),
     # indirect: a module both sides use, importing node code
     ("payload.py", "import flow_sdk.node.current", "client-not-node",
      "flow_sdk.payload -> flow_sdk.node.current"),

@@ -21,7 +21,7 @@ from flow_sdk import FlowApp, PayloadError, Task, TaskFailedError, TaskStatus, T
 from flow_sdk import payload as flow_payload
 from flow_sdk import tasksecrets, wire
 from flow_sdk.providers.local import LocalProvider
-from flow_sdk.rendezvous.kvstore import KVClient
+from flow_sdk.node.rendezvous.kvstore import KVClient
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 from flow_sdk import tasksecrets
 from flow_sdk._config import flow_home
 from flow_sdk.node import headjob
-from flow_sdk.rendezvous import kvwire
+from flow_sdk.node.rendezvous import kvwire
 from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError, TaskSecretError
 from flow_sdk.providers.local import FileObjectStore

@@ -11,7 +11,7 @@ from flow_sdk.errors import FlowError
 from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.timers import Every
 from flow_sdk.node.agent.workers import WorkerGroup
-from flow_sdk.rendezvous import Membership
+from flow_sdk.node.rendezvous import Membership
 from flow_sdk.wire import NodePhase
 from flow_sdk.wire.records import WORKER_ACTIVITIES
 

@@ -22,7 +22,7 @@ from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.stall import RankProgress
 from flow_sdk.node.agent.worker import failure_facts_path
 from flow_sdk.node.agent.workers import WorkerExit, WorkerGroup
-from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.node.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.wire import TaskStatus
 
 _CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}

@@ -29,9 +29,9 @@ from flow_sdk.node.agent import spawn
 from flow_sdk.node.agent.workers import Spawn, WorkerGroup
 from flow_sdk.errors import FlowError, SignatureError
 from flow_sdk.wire import NodePhase, TaskRecord, TaskStatus
-from flow_sdk.rendezvous import Membership, discover, from_record, worker_env
-from flow_sdk.rendezvous.preflight import run_preflight
-from flow_sdk.rendezvous.store import FailureReport, NodeStore
+from flow_sdk.node.rendezvous import Membership, discover, from_record, worker_env
+from flow_sdk.node.rendezvous.preflight import run_preflight
+from flow_sdk.node.rendezvous.store import FailureReport, NodeStore
 from flow_sdk.spec import TaskSpec
 from flow_sdk.volumes import prepare_volumes
 from flow_sdk.wire.timeline import generation_phase

@@ -23,8 +23,8 @@ from flow_sdk.wire import (
     Outcome,
     TaskStatus,
 )
-from flow_sdk.rendezvous import Membership
-from flow_sdk.rendezvous.store import FailureReport
+from flow_sdk.node.rendezvous import Membership
+from flow_sdk.node.rendezvous.store import FailureReport
 from flow_sdk.wire.signing import SignedStore
 
 

@@ -17,8 +17,8 @@ from flow_sdk.node.agent.failures import consequences, root_cause
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import GangMember, NodePhase, Outcome, TaskStatus
-from flow_sdk.rendezvous import Membership
-from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.node.rendezvous import Membership
+from flow_sdk.node.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.spec import TaskSpec
 
 DECIDE_WINDOW_S = 1.5  # how long the decider collects other nodes' reports

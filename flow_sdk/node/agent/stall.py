@@ -25,8 +25,8 @@ from flow_sdk.errors import FlowError, RecordError, SignatureError
 from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.stacks import StacksAnswer
 from flow_sdk.node.agent.workers import WorkerGroup
-from flow_sdk.rendezvous import Membership
-from flow_sdk.rendezvous.store import FailureReport, NodeStore
+from flow_sdk.node.rendezvous import Membership
+from flow_sdk.node.rendezvous.store import FailureReport, NodeStore
 from flow_sdk.spec import TaskSpec
 from flow_sdk.tracebacks import innermost, render_stacks
 from flow_sdk.wire import TaskStatus

@@ -20,8 +20,8 @@ from flow_sdk.node.agent.stall import StallWatch
 from flow_sdk.node.agent.workers import WorkerGroup
 from flow_sdk.errors import FlowError
 from flow_sdk.wire import NodePhase, Outcome, TaskStatus
-from flow_sdk.rendezvous import Membership
-from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.node.rendezvous import Membership
+from flow_sdk.node.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_sdk.spec import TaskSpec
 
 POLL_S = 0.05  # how often workers are polled

@@ -17,7 +17,7 @@ from flow_sdk.node.agent.main import Agent
 from flow_sdk.wire import BootConfig, GangMember, MembershipRecord
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import Instance
-from flow_sdk.rendezvous import Membership, assign_ranks
+from flow_sdk.node.rendezvous import Membership, assign_ranks
 from flow_sdk.spec import TaskSpec, build_task_spec
 
 TASK = "members-20260101-000000-abcdef"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flow_sdk.node.agent.failures import consequences, first_with_others, root_cause
 from flow_sdk.node.agent.stall import auto_timeout
-from flow_sdk.rendezvous.store import FailureReport
+from flow_sdk.node.rendezvous.store import FailureReport
 
 
 def test_auto_is_at_most_half_the_collective_timeout() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from flow_sdk import FlowApp
 from flow_sdk.procs import free_port
-from flow_sdk.rendezvous.env import TORCHRUN_DIFFERENCES
+from flow_sdk.node.rendezvous.env import TORCHRUN_DIFFERENCES
 
 pytestmark = pytest.mark.slow
 

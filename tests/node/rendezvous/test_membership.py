@@ -7,7 +7,7 @@ import pytest
 
 from flow_sdk.errors import RendezvousError
 from flow_sdk.wire import GangMember
-from flow_sdk.rendezvous import assign_ranks, discover, from_record, worker_env
+from flow_sdk.node.rendezvous import assign_ranks, discover, from_record, worker_env
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.rendezvous import kvwire
-from flow_sdk.rendezvous.store import NodeStore
+from flow_sdk.node.rendezvous import kvwire
+from flow_sdk.node.rendezvous.store import NodeStore
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from flow_sdk.rendezvous.membership import Membership
-from flow_sdk.rendezvous.threads import node_cores, thread_env
+from flow_sdk.node.rendezvous.membership import Membership
+from flow_sdk.node.rendezvous.threads import node_cores, thread_env
 from flow_sdk.wire import envvars
 
 FLOW_VARS = (envvars.TASK_ID, envvars.NODE_RANK, envvars.NUM_NODES, envvars.MAIN_IP,

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.rendezvous import kvwire
-from flow_sdk.rendezvous.kvstore import KVClient, KVServer
-from flow_sdk.rendezvous.membership import Membership
+from flow_sdk.node.rendezvous import kvwire
+from flow_sdk.node.rendezvous.kvstore import KVClient, KVServer
+from flow_sdk.node.rendezvous.membership import Membership
 from flow_sdk.wire import safejson
 
 

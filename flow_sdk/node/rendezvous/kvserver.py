@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from flow_sdk.rendezvous import kvwire
+from flow_sdk.node.rendezvous import kvwire
 from flow_sdk.wire import safejson
 
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn

@@ -15,9 +15,9 @@ import pytest
 
 from flow_testing import agent_pid, wait_until
 from flow_sdk import FlowApp, Task, TaskStatus, tasksecrets, wire
-from flow_sdk.rendezvous import kvwire
-from flow_sdk.rendezvous.kvstore import KVClient
-from flow_sdk.rendezvous.store import FailureReport
+from flow_sdk.node.rendezvous import kvwire
+from flow_sdk.node.rendezvous.kvstore import KVClient
+from flow_sdk.node.rendezvous.store import FailureReport
 
 pytestmark = pytest.mark.slow
 

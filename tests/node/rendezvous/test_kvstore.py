@@ -5,9 +5,9 @@ import threading
 import pytest
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.rendezvous import assign_ranks
-from flow_sdk.rendezvous.kvstore import KVClient, KVServer
-from flow_sdk.rendezvous.store import FailureReport, NodeStore, StoreLost
+from flow_sdk.node.rendezvous import assign_ranks
+from flow_sdk.node.rendezvous.kvstore import KVClient, KVServer
+from flow_sdk.node.rendezvous.store import FailureReport, NodeStore, StoreLost
 from flow_testing import wait_until
 from test_membership import M
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from flow_sdk.rendezvous.threads import THREAD_VARS, node_cores, thread_env
+from flow_sdk.node.rendezvous.threads import THREAD_VARS, node_cores, thread_env
 from flow_sdk.wire import envvars
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.rendezvous import kvwire
-from flow_sdk.rendezvous.kvstore import KVClient, KVServer, StoreRefused
-from flow_sdk.rendezvous.store import FailureReport, parse_report
+from flow_sdk.node.rendezvous import kvwire
+from flow_sdk.node.rendezvous.kvstore import KVClient, KVServer, StoreRefused
+from flow_sdk.node.rendezvous.store import FailureReport, parse_report
 
 SECRET = bytes(range(32))
 WRONG = bytes(32)
@@ -180,7 +180,7 @@ def test_requests_queued_behind_a_wait_are_served_after_it(server: KVServer) -> 
 SERVE_WITH_FEW_DESCRIPTORS = """
 import resource, sys, time
 resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
-from flow_sdk.rendezvous.kvstore import KVServer
+from flow_sdk.node.rendezvous.kvstore import KVServer
 server = KVServer("127.0.0.1", 0, bytes(range(32)))
 print(server.port, flush=True)
 time.sleep(60)

@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.rendezvous import kvwire
-from flow_sdk.rendezvous.kvserver import KVServer
+from flow_sdk.node.rendezvous import kvwire
+from flow_sdk.node.rendezvous.kvserver import KVServer
 from flow_sdk.wire import safejson
 
 OP_TIMEOUT_S = 5.0  # an answer slower than this means the leader is frozen or gone

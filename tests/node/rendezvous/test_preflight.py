@@ -5,9 +5,9 @@ import threading
 
 
 from flow_sdk.errors import RendezvousError
-from flow_sdk.rendezvous import assign_ranks
-from flow_sdk.rendezvous.preflight import ProbeListener, Target, probe, run_preflight
-from flow_sdk.rendezvous.store import NodeStore
+from flow_sdk.node.rendezvous import assign_ranks
+from flow_sdk.node.rendezvous.preflight import ProbeListener, Target, probe, run_preflight
+from flow_sdk.node.rendezvous.store import NodeStore
 from test_membership import M
 
 

@@ -197,8 +197,9 @@ class AwsSimProvider(AwsProvider):
         return None  # simulated nodes have no metadata service unless imds_endpoint names one
 
     def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
-        raise ProviderError(f"node {instance_id} of task {task_id} is a simulated instance; "
-                            "the simulated aws cloud runs no sshd")
+        raise ProviderError(f"node {instance_id} of task {task_id} is a simulated instance: "
+                            f"the {self.name} provider runs no sshd; read its output with "
+                            "`flow logs`, or use provider='local' to reach nodes over SSH")
 
     def config(self) -> dict[str, Any]:
         if self.settings is not None:

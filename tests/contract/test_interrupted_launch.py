@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from contract_helpers import Contract
 from flow_testing import processes_with_env, wait_until
 
 from flow_sdk import lifecycle, poolfiles
+from flow_sdk.testing import ProviderUnderTest
 
 # Runs ``pool_up`` and dies (os._exit: no cleanup runs) as soon as the provider has started
 # a node's own process: the local node's agent, or the simulated instance.
@@ -35,14 +35,14 @@ pool_up("cut", provider=sys.argv[1], provider_config=json.loads(sys.argv[2]), nu
 
 
 @pytest.mark.slow
-def test_gc_stops_a_node_whose_launcher_died_as_it_started(contract: Contract,
-                                                           flow_home: Path) -> None:
-    launcher = subprocess.run([sys.executable, "-c", LAUNCHER, contract.name,
-                               json.dumps(contract.config)], capture_output=True, text=True,
-                              timeout=180)
+def test_gc_stops_a_node_whose_launcher_died_as_it_started(
+        provider_under_test: ProviderUnderTest, flow_home: Path) -> None:
+    launcher = subprocess.run([sys.executable, "-c", LAUNCHER, provider_under_test.name,
+                               json.dumps(provider_under_test.config)], capture_output=True,
+                              text=True, timeout=180)
     assert launcher.returncode == 9, launcher.stdout + launcher.stderr
     [pool] = poolfiles.list_pool_files()
-    provider = contract.provider()
+    provider = provider_under_test.provider()
     assert "running" in [i.state for i in provider.list_instances(pool.pool_id)]
     assert processes_with_env("FLOW_HOME", str(flow_home)), "the node's process runs"
 

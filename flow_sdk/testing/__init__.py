@@ -15,7 +15,7 @@ simulated account, a test cluster) defines a ``provider_under_test`` fixture ret
 
 The suite: a 2-node task end to end (ranks from the launcher's membership record, instances
 listed in order, terminate idempotent, nothing left); ``flow gc`` of an ended task (a dry run
-first, a forged outcome ignored, nothing left after); the SSH endpoint of a running node (or
+first, a running task left alone, nothing left after); the SSH endpoint of a running node (or
 the provider's typed refusal); object and log store round trips with their bounds; named
 volumes (or the provider's typed refusal).
 """

@@ -75,11 +75,11 @@ def test_a_two_node_task_runs_end_to_end_and_leaves_nothing(
 
 
 @pytest.mark.slow
-def test_gc_reclaims_an_ended_task_after_a_dry_run_and_never_on_a_forgery(
+def test_gc_leaves_a_running_task_and_reclaims_it_once_ended_after_a_dry_run(
         provider_under_test: ProviderUnderTest) -> None:
-    """``flow gc`` (``lifecycle.collect``) reclaims a task whose signed outcome says it ended;
-    an outcome without the task's MAC never makes it reclaim a running task. The running
-    node's SSH endpoint is there, or the provider refuses with a typed error."""
+    """``flow gc`` (``lifecycle.collect``) leaves a running task alone and reclaims it once
+    its signed outcome says it ended (a dry run first only says so). The running node's SSH
+    endpoint is there, or the provider refuses with a typed error naming itself."""
     task = provider_under_test.app("contract-gc").function(priority="high")(
         calls.sleeps).spawn()
     provider = task.provider
@@ -94,10 +94,8 @@ def test_gc_reclaims_an_ended_task_after_a_dry_run_and_never_on_a_forgery(
             assert provider.name in str(exc), exc
         else:
             assert ssh.host and ssh.port > 0 and ssh.host_key.startswith("ssh-")
-        provider.store.put_if_absent(wire.outcome_key(task.task_id), wire.to_json(
-            Outcome("FAILED", "forged", time.time())))  # no MAC
-        forged = lifecycle.collect(provider, known)
-        assert forged.reasons == {} and forged.live_tasks == [task.task_id]
+        running = lifecycle.collect(provider, known)
+        assert running.reasons == {} and running.live_tasks == [task.task_id]
         assert [i.state for i in provider.list_instances(task.task_id)] == ["running"]
         store = SignedStore(provider.store, tasksecrets.load_task_secret(task.task_id))
         assert lifecycle.record_outcome(store, task.task_id, Outcome(

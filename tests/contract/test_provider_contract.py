@@ -8,7 +8,7 @@ import sys
 
 from flow_sdk.testing.suite import (  # noqa: F401  (the suite's tests, collected here)
     test_a_two_node_task_runs_end_to_end_and_leaves_nothing,
-    test_gc_reclaims_an_ended_task_after_a_dry_run_and_never_on_a_forgery,
+    test_gc_leaves_a_running_task_and_reclaims_it_once_ended_after_a_dry_run,
     test_named_volumes_are_made_once_listed_and_deleted_or_refused,
     test_the_log_store_pages_with_a_cursor_and_keeps_every_line,
     test_the_object_store_round_trips_and_lists_in_order,

@@ -26,8 +26,8 @@ from flow_sdk.errors import (
     TaskTimeoutError,
     ValidationError,
 )
-from flow_sdk.cost import cost_per_hour as _cost_per_hour
-from flow_sdk.cost import estimated_cost as _estimated_cost
+from flow_sdk.client.cost import cost_per_hour as _cost_per_hour
+from flow_sdk.client.cost import estimated_cost as _estimated_cost
 from flow_sdk.wire import (
     LaunchRecord,
     NodePhase,

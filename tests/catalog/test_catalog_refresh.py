@@ -91,8 +91,14 @@ def test_cli_catalog_refresh_writes_the_user_catalog(aws_env: None,
     pricing = real.client("pricing", region_name="us-east-1")
 
     class Session:
+        """The real session, with the stubbed pricing client (moto, when a test runs alone,
+        asks a new Session for the regions it serves)."""
+
         def client(self, name: str, region_name: str) -> object:
             return pricing if name == "pricing" else real.client(name, region_name=region_name)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
 
     monkeypatch.setattr(boto3, "Session", lambda: Session())
     with mock_aws(), Stubber(pricing) as stub:

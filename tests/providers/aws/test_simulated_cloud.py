@@ -266,7 +266,7 @@ def test_a_killed_node_is_replaced_from_the_node_and_the_job_completes(
             assert {n.instance_id for n in launch.nodes} == {
                 i.instance_id for i in provider.list_instances(task.task_id)}
             assert all(n.zone for n in launch.nodes)
-            assert task.cost_per_hour == pytest.approx(2 * 0.0731)  # what flow_sdk.cost reads
+            assert task.cost_per_hour == pytest.approx(2 * 0.0731)  # what flow_sdk.client.cost reads
 
             wait_until(lambda: _ready_in(task, 0) == 2, 120, "both ranks ready", POLL_S)
             parameter = _task_secret_reaches_only_the_agents(aws, provider, task.task_id)

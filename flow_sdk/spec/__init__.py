@@ -15,7 +15,7 @@ import pydantic
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from flow_sdk.errors import FieldProblem, ValidationError
-from flow_sdk.specparts import (
+from flow_sdk.spec.parts import (
     ANY_GPU_MODEL,
     MAX_GPUS_PER_NODE,
     FrozenModel,

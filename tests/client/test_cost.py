@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from flow_sdk.cost import cost_per_hour, estimated_cost
+from flow_sdk.client.cost import cost_per_hour, estimated_cost
 from flow_sdk.wire import LaunchedNode, LaunchRecord
 
 

@@ -87,8 +87,8 @@ def provider_class(name: str) -> type[Provider]:
     module_name, _, attr = entry.target.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        needs = _PACKAGES.get(name)
+    except Exception as exc:  # a plug-in's module may fail in any way: reported, typed
+        needs = _PACKAGES.get(name) if isinstance(exc, ImportError) else None
         hint = f"; {install_hint(f'the {name} provider', *needs)}" if needs else ""
         raise ProviderError(f"provider {name!r} ({entry.target}, from {entry.distribution}) "
                             f"cannot be loaded: {exc}{hint}") from exc
@@ -112,5 +112,5 @@ def attach_provider(name: str, config: Mapping[str, Any] | None = None) -> Provi
     return provider_class(name).attach(config if config is not None else {})
 
 
-__all__ = ["GROUP", "Instance", "LaunchRequest", "LogRecord", "LogStore", "ObjectStore", "Provider",
-           "attach_provider", "available_providers", "get_provider", "provider_class"]
+__all__ = ["GROUP", "Instance", "LaunchRequest", "LogRecord", "LogStore", "ObjectStore",
+           "Provider", "attach_provider", "available_providers", "get_provider", "provider_class"]

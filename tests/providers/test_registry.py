@@ -27,6 +27,7 @@ class FakeCloud(LocalProvider):
 class NotAProvider:
     pass
 '''
+FAILING = "raise RuntimeError('this plug-in cannot start here')\n"
 
 # Run in a child with the fake distributions on its path: what it lists, what it loads, what it
 # imported by then, and the warnings it reported.
@@ -43,7 +44,7 @@ with warnings.catch_warnings(record=True) as caught:
     out["imported_by_listing"] = "fake_cloud" in sys.modules
     out["local_is_builtin"] = provider_class("local") is LocalProvider
     out["fakecloud"] = provider_class("fakecloud").__name__
-    for name in ("broken", "notaprovider", "twin"):
+    for name in ("broken", "notaprovider", "twin", "failing"):
         try:
             provider_class(name)
         except ProviderError as exc:
@@ -70,9 +71,10 @@ def test_plug_ins_are_found_lazily_and_a_broken_or_hijacking_one_is_reported(tmp
     site = tmp_path / "site"
     site.mkdir()
     (site / "fake_cloud.py").write_text(PLUGIN)
+    (site / "failing_cloud.py").write_text(FAILING)
     fake = ("fakecloud = fake_cloud:FakeCloud\nbroken = no_such_module:Provider\n"
             "notaprovider = fake_cloud:NotAProvider\ntwin = fake_cloud:FakeCloud\n"
-            "local = fake_cloud:FakeCloud\n")
+            "local = fake_cloud:FakeCloud\nfailing = failing_cloud:Provider\n")
     _distribution(site, "fake_cloud-1.0.dist-info", "fake-cloud", fake)
     # The same class registered again (an editable install left under its older name), and
     # another distribution claiming 'twin' with a different class.
@@ -93,6 +95,7 @@ def test_plug_ins_are_found_lazily_and_a_broken_or_hijacking_one_is_reported(tmp
     assert out["fakecloud"] == "FakeCloud"
     assert "no_such_module" in out["broken"] and "fake-cloud" in out["broken"]
     assert "not a flow_sdk Provider class" in out["notaprovider"]
+    assert "cannot start here" in out["failing"] and "fake-cloud" in out["failing"]
     assert "fake-cloud" in out["twin"] and "other-cloud" in out["twin"]
     assert any("'local'" in w and "built-in" in w and "fake-cloud" in w
                for w in out["warnings"]), out["warnings"]

@@ -10,8 +10,9 @@ from collections.abc import Callable
 import pytest
 
 from flow_sdk import TaskStatus, lifecycle, tasksecrets, wire
+from flow_sdk.client.records import list_client_records
 from flow_sdk.client.task import Task
-from flow_sdk.errors import ProviderError, ValidationError
+from flow_sdk.errors import FlowError, ProviderError, ValidationError
 from flow_sdk.providers.base import LogRecord, NoVolumes, Provider
 from flow_sdk.spec import VolumeSpec
 from flow_sdk.testing import calls
@@ -72,6 +73,24 @@ def test_a_two_node_task_runs_end_to_end_and_leaves_nothing(
     assert not any("asking the provider" in line for line in agent_lines)
     provider.terminate(task.task_id)  # idempotent after the task's own teardown
     _nothing_left(provider, task)
+
+
+@pytest.mark.slow
+def test_a_launch_that_gets_part_of_its_gang_starts_none_of_it(
+        provider_under_test: ProviderUnderTest) -> None:
+    """All or none: when only the first node of a 2-node gang starts, the launch fails with a
+    typed error and the node that did start is stopped."""
+    if provider_under_test.partial_launch is None:
+        pytest.skip("all-or-none launch is checked when ProviderUnderTest.partial_launch "
+                    "can arrange a launch that gets part of its gang")
+    label = f"contract-partial-{secrets.token_hex(3)}"
+    function = provider_under_test.app(label).function(num_instances=2)(calls.where_am_i)
+    with provider_under_test.partial_launch(), pytest.raises(FlowError):
+        function.spawn()
+    [record] = [r for r in list_client_records() if r.get("app") == label]
+    task = Task.from_id(record["task_id"])
+    assert task.status is TaskStatus.FAILED
+    _nothing_left(task.provider, task)
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,12 +12,20 @@ from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import Provider
 
 
+# Within it, the provider gets only part of a gang it launches: the first node starts, the
+# others fail to (a cloud out of capacity, a machine out of processes).
+PartialLaunch = Callable[[], AbstractContextManager[object]]
+
+
 @dataclass(frozen=True)
 class ProviderUnderTest:
-    """A provider by name (``provider=``) and its ``provider_config`` (None: its defaults)."""
+    """A provider by name (``provider=``) and its ``provider_config`` (None: its defaults).
+    ``partial_launch``, where the suite's runner can arrange one, checks that a launch is all
+    or none; without it that test is skipped, saying so."""
 
     name: str
     config: Mapping[str, Any] | None = field(default=None)
+    partial_launch: PartialLaunch | None = field(default=None)
 
     def _config(self) -> dict[str, Any] | None:
         return None if self.config is None else dict(self.config)

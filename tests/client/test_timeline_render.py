@@ -17,7 +17,7 @@ from flow_sdk.client.timeline import (
 )
 from flow_sdk.errors import RecordError, SignatureError
 from flow_sdk.providers.base import Instance
-from flow_sdk.providers.local import FileObjectStore
+from flow_sdk.providers.files import FileObjectStore
 from flow_sdk.wire import LaunchedNode, LaunchRecord, TaskRecord, launch_key
 from flow_sdk.wire.signing import SignedStore
 from flow_sdk.wire.timeline import (

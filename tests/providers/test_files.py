@@ -9,8 +9,8 @@ import pytest
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.base import LogRecord
-from flow_sdk.providers.local import FileLogStore, FileObjectStore
-from flow_sdk.providers.local._files import replace_file
+from flow_sdk.providers.files import FileLogStore, FileObjectStore
+from flow_sdk.providers.files import replace_file
 
 
 def test_object_store_put_get_list_delete(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flow_sdk.providers.base import LogRecord
-from flow_sdk.providers.local import FileLogStore
+from flow_sdk.providers.files import FileLogStore
 
 
 def test_a_records_line_ends_become_lines_of_their_own(tmp_path: Path) -> None:

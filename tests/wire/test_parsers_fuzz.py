@@ -21,7 +21,7 @@ from flow_sdk.node import headjob
 from flow_sdk.node.rendezvous import kvwire
 from flow_sdk.node.rendezvous.store import parse_report
 from flow_sdk.wire import BootConfig, NodeRecord, Outcome, TaskRecord, safejson, signing
-from flow_sdk.providers.local._files import MAX_EPOCH_S, parse_log_lines
+from flow_sdk.providers.files import MAX_EPOCH_S, parse_log_lines
 from flow_sdk.wire.keys import rank_stream, rank_stream_place
 from flow_sdk.wire.pools import sequence_key, sequence_number, sequence_prefix
 from flow_sdk.wire.stacks import (

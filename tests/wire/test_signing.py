@@ -19,7 +19,7 @@ from flow_sdk.node import headjob
 from flow_sdk.node.rendezvous import kvwire
 from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError, TaskSecretError
-from flow_sdk.providers.local import FileObjectStore
+from flow_sdk.providers.files import FileObjectStore
 
 SECRET = signing.secret_from_hex(signing.new_secret())
 OTHER = signing.secret_from_hex(signing.new_secret())

@@ -44,14 +44,26 @@ from flow_sdk.providers.base import (
     boot_stream,
 )
 from flow_sdk.providers.local import _gpus, _node, _sshd
-from flow_sdk.providers.local._files import (
+from flow_sdk.providers.files import (
+    FileLogStore,
     FileObjectStore,
-    LocalLogStore,
     private_dirs,
     replace_file,
 )
 from flow_sdk.providers.local._volumes import LocalProviderVolumes
 from flow_sdk.spec import TaskSpec
+
+
+class LocalLogStore(FileLogStore):
+    """The file log store, plus where a stream's file lives (the keeper appends to it).
+
+    Writers on this machine append each line right after stamping it: a follow need hold
+    lines back only for a thread that is descheduled in between."""
+
+    write_delay_s: ClassVar[float] = 0.1
+
+    def stream_path(self, task_id: str, stream: str) -> Path:
+        return self._path(task_id, stream)
 
 
 class LocalProvider(Provider):

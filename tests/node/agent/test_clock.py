@@ -7,7 +7,7 @@ from pathlib import Path
 from flow_sdk import wire
 from flow_sdk.wire import signing
 from flow_sdk.node.agent import clock
-from flow_sdk.providers.local import FileObjectStore
+from flow_sdk.providers.files import FileObjectStore
 from flow_sdk.spec import build_task_spec
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from flow_sdk.errors import FlowError
 from flow_sdk.node.agent.timeline import TimelineRecorder, read_boot_phases
-from flow_sdk.providers.local import FileObjectStore
+from flow_sdk.providers.files import FileObjectStore
 from flow_sdk.wire.signing import SignedStore
 from flow_sdk.wire.timeline import NodeTimeline, timeline_key
 

@@ -1,4 +1,10 @@
-"""The local provider's object store and log store: files in a directory."""
+"""The file-backed object store and log store: files in a directory that the caller and the
+nodes share (this machine's for the local provider; a cluster's shared filesystem for others).
+A provider that keeps its objects and logs in files builds on these.
+
+Objects and log lines are written whole or not at all (a temporary file, then a rename or a
+link), in 0600 files under 0700 directories; a log stream is one file of
+``<epoch seconds>\t<text>`` lines, read with a byte offset as its cursor."""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO
 
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore, safe_part
 from flow_sdk.wire.loglines import split_lines
@@ -168,15 +174,3 @@ def parse_log_lines(data: bytes) -> list[LogRecord]:
         records.append(LogRecord(ts, text))
         last = ts
     return records
-
-
-class LocalLogStore(FileLogStore):
-    """The file log store, plus where a stream's file lives (the keeper appends to it).
-
-    Writers on this machine append each line right after stamping it: a follow need hold
-    lines back only for a thread that is descheduled in between."""
-
-    write_delay_s: ClassVar[float] = 0.1
-
-    def stream_path(self, task_id: str, stream: str) -> Path:
-        return self._path(task_id, stream)

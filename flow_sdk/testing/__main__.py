@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import sys
 
+from flow_sdk.errors import install_hint
+
 
 def main(argv: list[str]) -> int:
     try:
         import pytest
     except ImportError:
-        print("the contract suite runs under pytest: pip install pytest", file=sys.stderr)
+        print(install_hint("the contract suite", "pytest"), file=sys.stderr)
         return 2
     if not argv or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)

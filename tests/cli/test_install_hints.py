@@ -52,13 +52,14 @@ def test_every_install_line_is_rendered_by_the_one_helper() -> None:
     modules = {module for module, _ in _hint_calls()}
     assert modules == {"client/ssh.py", "cli/infra.py", "data/_torch.py", "data/_s3.py",
                        "data/_xgboost.py", "volumes/s3mount.py", "providers/__init__.py",
-                       "sdkwheel.py", "sim/_server.py", "client/dashboard/deps.py"}
+                       "sdkwheel.py", "sim/_server.py", "client/dashboard/deps.py",
+                       "testing/__main__.py"}
 
 
 def test_every_package_a_hint_names_is_a_real_distribution() -> None:
     named = {name for _, names in _hint_calls() for name in names}
     assert named == {"paramiko", "boto3", "torch", "xgboost", "moto[server]", "awscli",
-                     "starlette", "uvicorn", "sse-starlette", "jinja2"}
+                     "starlette", "uvicorn", "sse-starlette", "jinja2", "pytest"}
     for name in named:  # installed in the dev environment from the index, by this name
         assert importlib.metadata.version(name.split("[")[0]), name
     providers = __import__("flow_sdk.providers", fromlist=["_PACKAGES"])

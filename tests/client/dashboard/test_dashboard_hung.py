@@ -67,10 +67,13 @@ def hung(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hung]:
                        stdin=subprocess.DEVNULL, check=False)
 
 
-def _empty_text(page: object) -> str:
-    """What the log view shows while it holds no line (its ``::before``)."""
+def _log_view(page: object) -> dict[str, object]:
+    """The log view's lines and what it shows while it holds none (its ``::before``), read
+    at one moment."""
     return page.evaluate(  # type: ignore[attr-defined,no-any-return]
-        "getComputedStyle(document.getElementById('log'), '::before').content")
+        "() => { const log = document.getElementById('log');"
+        " return {lines: [...log.querySelectorAll('div.line')].map((d) => d.textContent),"
+        " empty: getComputedStyle(log, '::before').content}; }")
 
 
 def test_a_hung_task_shows_its_stall_quiet_ranks_and_then_its_root_cause_as_lines(
@@ -84,11 +87,12 @@ def test_a_hung_task_shows_its_stall_quiet_ranks_and_then_its_root_cause_as_line
     # rank 1 printed nothing: its log view says so instead of staying black
     page.select_option("#log-rank", "1")
     page.wait_for_function("() => document.querySelector('#log-rank').value === '1'")
-    # (on a busy machine rank 0's stall may already be named: a [flow] line every rank shows)
-    shown = page.locator("#log div.line").all_inner_texts()
-    assert all("[flow]" in line for line in shown), shown
-    if not shown:
-        assert _empty_text(page) == '"waiting for lines"'
+    # (on a busy machine rank 0's stall may already be named: a [flow] line every rank shows;
+    # the lines and the empty view's text are read in one go, so none arrives in between)
+    view = _log_view(page)
+    assert all("[flow]" in line for line in view["lines"]), view
+    if not view["lines"]:
+        assert view["empty"] == '"waiting for lines"', view
 
     # the stall: named above the nodes, rank 0's row marked with the time since its line
     page.wait_for_selector("#quiet", timeout=60_000)

@@ -15,10 +15,10 @@ simulated account, a test cluster) defines a ``provider_under_test`` fixture ret
 
 The suite: a 2-node task end to end (ranks from the launcher's membership record, instances
 listed in order, terminate idempotent, nothing left); a launch that gets only part of its gang
-starts none of it (where the fixture's ``partial_launch`` can arrange one); ``flow gc`` of an ended task (a dry run
-first, a running task left alone, nothing left after); the SSH endpoint of a running node (or
-the provider's typed refusal); object and log store round trips with their bounds; named
-volumes (or the provider's typed refusal).
+starts none of it (the fixture's ``partial_launch`` arranges it; without one that test
+fails); ``flow gc`` of an ended task (a dry run first, a running task left alone, nothing
+left after); the SSH endpoint of a running node (or the provider's typed refusal); object and
+log store round trips with their bounds; named volumes (or the provider's typed refusal).
 """
 
 from flow_sdk.testing.target import ProviderUnderTest

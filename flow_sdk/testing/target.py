@@ -20,8 +20,8 @@ PartialLaunch = Callable[[], AbstractContextManager[object]]
 @dataclass(frozen=True)
 class ProviderUnderTest:
     """A provider by name (``provider=``) and its ``provider_config`` (None: its defaults).
-    ``partial_launch``, where the suite's runner can arrange one, checks that a launch is all
-    or none; without it that test is skipped, saying so."""
+    ``partial_launch`` arranges a launch that gets part of its gang, for the all-or-none
+    test; without it that test fails, saying what to give."""
 
     name: str
     config: Mapping[str, Any] | None = field(default=None)

@@ -16,18 +16,33 @@ from flow_sdk.testing.suite import (  # noqa: F401  (the suite's tests, collecte
 )
 
 
-def test_the_suite_runs_against_a_provider_by_name() -> None:
-    """``python -m flow_sdk.testing local`` with pytest's own options (the stores' tests
-    here; the tasks' tests run above)."""
-    run = subprocess.run([sys.executable, "-m", "flow_sdk.testing", "local", "-q", "-p",
-                          "no:cacheprovider", "-k", "store", "-n0"], capture_output=True,
-                         text=True, timeout=300)
+def _by_name(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flow_sdk.testing", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_suite_runs_against_a_provider_by_name_with_its_config() -> None:
+    """``python -m flow_sdk.testing local --config '{}'`` with pytest's own options (the
+    stores' tests here; the tasks' tests run above)."""
+    run = _by_name("local", "--config", "{}", "-q", "-p", "no:cacheprovider", "-k", "store",
+                   "-n0")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "2 passed" in run.stdout, run.stdout[-3000:]
 
 
-def test_the_suite_without_a_provider_says_how_to_name_one() -> None:
-    run = subprocess.run([sys.executable, "-m", "flow_sdk.testing"], capture_output=True,
-                         text=True, timeout=60)
-    assert run.returncode == 2 and "NAME" in run.stderr
+def test_by_name_the_all_or_none_test_fails_unproven_rather_than_skip() -> None:
+    run = _by_name("local", "-q", "-p", "no:cacheprovider", "-k", "part_of_its_gang", "-n0")
+    assert run.returncode == 1 and "1 failed" in run.stdout, run.stdout[-3000:]
+    assert "all-or-none launch is unchecked for 'local'" in run.stdout
+    assert "partial_launch" in run.stdout
 
+
+def test_the_suite_says_how_to_name_a_provider_and_its_config() -> None:
+    bare = _by_name()
+    assert bare.returncode == 2 and "NAME" in bare.stderr
+    missing = _by_name("local", "--config")
+    assert missing.returncode == 2 and "--config needs a JSON object" in missing.stderr
+    listed = _by_name("local", "--config", "[1]", "-q", "-p", "no:cacheprovider", "-k",
+                      "object_store", "-n0")
+    assert listed.returncode != 0
+    assert "--flow-provider-config must be a JSON object" in listed.stdout + listed.stderr

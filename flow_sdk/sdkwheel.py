@@ -8,6 +8,10 @@ metadata pins the SDK's dependencies to the versions installed beside the caller
 resolves the same versions. A node checks the digest it was given in its launch
 configuration before it installs anything (``verify``).
 
+A provider plugged in from another distribution ships that distribution beside the SDK
+(``build_distribution``): its packages, its entry points (so a node's registry finds it by
+name) and its pinned requirements, packed the same way.
+
 Wheels are cached in ``<flow home>/wheels/<source digest>.whl``: building again for unchanged
 sources reads the cache and packs nothing.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata
+import importlib.util
 import io
 import os
 import re
@@ -63,8 +68,9 @@ def require_python(caller: str) -> None:
 
 
 @dataclass(frozen=True)
-class SdkWheel:
-    """One packed SDK: the wheel's file name, bytes and SHA-256, and what it pins."""
+class Wheel:
+    """One packed distribution (the SDK, or a plug-in's): the wheel's file name, bytes and
+    SHA-256, and what it pins."""
 
     filename: str
     data: bytes
@@ -84,9 +90,9 @@ def package_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
-def package_files(root: Path) -> list[tuple[str, bytes]]:
-    """Every file of the package under ``root`` as (archive path, bytes), sorted; compiled
-    files and caches are left out."""
+def package_files(root: Path, package: str = PACKAGE) -> list[tuple[str, bytes]]:
+    """Every file of the package ``package`` whose folder is ``root`` as (archive path,
+    bytes), sorted; compiled files and caches are left out."""
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
@@ -94,7 +100,7 @@ def package_files(root: Path) -> list[tuple[str, bytes]]:
             if name.endswith(_SKIP_SUFFIXES):
                 continue
             path = Path(dirpath, name)
-            arcname = f"{PACKAGE}/{path.relative_to(root).as_posix()}"
+            arcname = f"{package}/{path.relative_to(root).as_posix()}"
             files.append((arcname, path.read_bytes()))
     return sorted(files)
 
@@ -150,20 +156,22 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest.decode()}"
 
 
-def pack(files: Sequence[tuple[str, bytes]], version: str, requirements: Sequence[str]
-         ) -> tuple[str, bytes]:
-    """A reproducible wheel of ``files``: (file name, bytes)."""
-    dist = DIST_NAME.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
+def pack(files: Sequence[tuple[str, bytes]], version: str, requirements: Sequence[str], *,
+         dist_name: str = DIST_NAME, top_level: Sequence[str] = (PACKAGE,),
+         info_files: Sequence[tuple[str, bytes]] = ()) -> tuple[str, bytes]:
+    """A reproducible wheel of ``files``: (file name, bytes). ``info_files`` go into its
+    dist-info folder as they are (a plug-in's ``entry_points.txt``)."""
+    info = f"{_normal(dist_name)}-{version}.dist-info"
     metadata = "\n".join([
-        "Metadata-Version: 2.1", f"Name: {DIST_NAME}", f"Version: {version}",
+        "Metadata-Version: 2.1", f"Name: {dist_name}", f"Version: {version}",
         f"Requires-Python: =={python_version()}.*",
         *(f"Requires-Dist: {r}" for r in requirements), "", ""])
     wheel = "\n".join(["Wheel-Version: 1.0", f"Generator: {PACKAGE}.sdkwheel",
                        "Root-Is-Purelib: true", "Tag: py3-none-any", "", ""])
     entries = [*files, (f"{info}/METADATA", metadata.encode()),
                (f"{info}/WHEEL", wheel.encode()),
-               (f"{info}/top_level.txt", f"{PACKAGE}\n".encode())]
+               (f"{info}/top_level.txt", "".join(f"{t}\n" for t in top_level).encode()),
+               *((f"{info}/{name}", data) for name, data in info_files)]
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
     entries.append((f"{info}/RECORD", (record + f"{info}/RECORD,,\n").encode()))
     out = io.BytesIO()
@@ -173,12 +181,17 @@ def pack(files: Sequence[tuple[str, bytes]], version: str, requirements: Sequenc
             item.compress_type = zipfile.ZIP_DEFLATED
             item.external_attr = 0o644 << 16
             archive.writestr(item, data)
-    return wheel_name(version), out.getvalue()
+    return wheel_name(version, dist_name), out.getvalue()
 
 
-def wheel_name(version: str) -> str:
+def _normal(dist_name: str) -> str:
+    """The distribution's name as wheel file names spell it."""
+    return re.sub(r"[-_.]+", "_", dist_name)
+
+
+def wheel_name(version: str, dist_name: str = DIST_NAME) -> str:
     """The wheel's file name for ``version`` (pip reads name and version from it)."""
-    return f"{DIST_NAME.replace('-', '_')}-{version}-py3-none-any.whl"
+    return f"{_normal(dist_name)}-{version}-py3-none-any.whl"
 
 
 def default_cache_dir() -> Path:
@@ -186,29 +199,67 @@ def default_cache_dir() -> Path:
     return flow_home(create=False) / "wheels"
 
 
-def build(cache_dir: Path | None = None, root: Path | None = None) -> SdkWheel:
+def build(cache_dir: Path | None = None, root: Path | None = None) -> Wheel:
     """The caller's SDK as a wheel, from the cache when its sources are unchanged."""
-    root = root or package_dir()
-    files = package_files(root)
-    version = installed_version()
+    files = package_files(root or package_dir())
     try:
         requires = importlib.metadata.requires(DIST_NAME) or []
     except importlib.metadata.PackageNotFoundError:
         requires = []
-    requirements = pinned_requirements(requires)
-    key = source_digest(files, requirements, version)
+    return _cached(files, installed_version(), pinned_requirements(requires), cache_dir)
+
+
+def build_distribution(dist_name: str, packages: Sequence[str],
+                       cache_dir: Path | None = None) -> Wheel:
+    """The installed distribution ``dist_name`` (a provider plug-in) as a wheel of its
+    top-level ``packages`` (each a package folder or a single module, wherever it is
+    installed from, an editable install too), its entry points and its requirements pinned to
+    the versions installed here (the SDK's own left to the SDK's wheel); from the cache when
+    unchanged."""
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise PayloadError(f"the distribution {dist_name!r} is not installed here, so its "
+                           "wheel cannot be built for the nodes") from None
+    files: list[tuple[str, bytes]] = []
+    for package in sorted(set(packages)):
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None and not spec.submodule_search_locations:
+            raise PayloadError(f"{dist_name} names the package {package!r}, which is not "
+                               "importable here; reinstall the distribution")
+        if spec.submodule_search_locations:
+            files += package_files(Path(list(spec.submodule_search_locations)[0]), package)
+        else:
+            files.append((f"{package}.py", Path(str(spec.origin)).read_bytes()))
+    entry_points = (dist.read_text("entry_points.txt") or "").encode()
+    name = dist.metadata["Name"] or dist_name
+    return _cached(sorted(files), dist.version, pinned_requirements(dist.requires or [], ()),
+                   cache_dir, dist_name=name, top_level=sorted(set(packages)),
+                   info_files=(("entry_points.txt", entry_points),))
+
+
+def _cached(files: Sequence[tuple[str, bytes]], version: str, requirements: Sequence[str],
+            cache_dir: Path | None, *, dist_name: str = DIST_NAME,
+            top_level: Sequence[str] = (PACKAGE,),
+            info_files: Sequence[tuple[str, bytes]] = ()) -> Wheel:
+    """``pack``, read from the cache when these files, requirements and version were packed
+    before."""
+    key = source_digest([*files, *info_files], requirements, f"{dist_name} {version}"
+                        if dist_name != DIST_NAME else version)
     cache = cache_dir or default_cache_dir()
     cached = cache / f"{key}.whl"
+    filename = wheel_name(version, dist_name)
     if cached.is_file():
-        filename, data = wheel_name(version), cached.read_bytes()
+        data = cached.read_bytes()
     else:
-        filename, data = pack(files, version, requirements)
+        filename, data = pack(files, version, requirements, dist_name=dist_name,
+                              top_level=top_level, info_files=info_files)
         cache.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = cache / f".{key}.{os.getpid()}"
         tmp.write_bytes(data)
         os.replace(tmp, cached)
-    return SdkWheel(filename, data, hashlib.sha256(data).hexdigest(), requirements,
-                    python_version())
+    return Wheel(filename, data, hashlib.sha256(data).hexdigest(), tuple(requirements),
+                 python_version())
 
 
 def verify(data: bytes, expected_sha256: str, *, key: str = "the SDK wheel") -> None:

@@ -31,6 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
 os.environ.setdefault("MOTO_AMIS_PATH", str(Path(__file__).with_name("data") / "moto_amis.json"))
 
 DURATIONS = Path(__file__).with_name("durations.json")
+# A distribution of its own, with its own tests: providers/test_plugin_distribution.py installs
+# it into a virtualenv of its own and runs them there.
+collect_ignore = ["plugin_provider"]
 SLOW_UNTIMED_S = 5.0  # a test marked ``slow`` that the durations file does not list yet
 
 

@@ -73,7 +73,7 @@ def available_providers() -> list[str]:
     return sorted(_entries())
 
 
-def provider_class(name: str) -> type[Provider]:
+def _entry(name: str) -> _Entry:
     entries = _entries().get(name)
     if entries is None:
         raise ProviderError(f"unknown provider {name!r}; available: "
@@ -83,7 +83,24 @@ def provider_class(name: str) -> type[Provider]:
         raise ProviderError(f"provider {name!r} is registered by more than one installed "
                             f"distribution with different classes: {listed}; uninstall all "
                             "but one")
-    entry = entries[0]
+    return entries[0]
+
+
+def plugin_source(name: str) -> tuple[str, tuple[str, ...]] | None:
+    """Where the plug-in provider ``name`` comes from: its distribution and the top-level
+    packages its entry points in the group name (what its nodes must import too); None for a
+    built-in (the SDK's own wheel carries it)."""
+    entry = _entry(name)
+    if name in _BUILTIN:
+        return None
+    packages = sorted({ep.value.split(":")[0].split(".")[0]
+                       for ep in entry_points(group=GROUP)
+                       if ep.dist is not None and ep.dist.name == entry.distribution})
+    return entry.distribution, tuple(packages)
+
+
+def provider_class(name: str) -> type[Provider]:
+    entry = _entry(name)
     module_name, _, attr = entry.target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -113,4 +130,5 @@ def attach_provider(name: str, config: Mapping[str, Any] | None = None) -> Provi
 
 
 __all__ = ["GROUP", "Instance", "LaunchRequest", "LogRecord", "LogStore", "ObjectStore",
-           "Provider", "attach_provider", "available_providers", "get_provider", "provider_class"]
+           "Provider", "attach_provider", "available_providers", "get_provider", "plugin_source",
+           "provider_class"]

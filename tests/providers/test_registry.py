@@ -34,7 +34,7 @@ FAILING = "raise RuntimeError('this plug-in cannot start here')\n"
 CHILD = '''
 import json, sys, warnings
 from flow_sdk.errors import ProviderError
-from flow_sdk.providers import available_providers, provider_class
+from flow_sdk.providers import available_providers, plugin_source, provider_class
 from flow_sdk.providers.local import LocalProvider
 
 out = {}
@@ -44,6 +44,7 @@ with warnings.catch_warnings(record=True) as caught:
     out["imported_by_listing"] = "fake_cloud" in sys.modules
     out["local_is_builtin"] = provider_class("local") is LocalProvider
     out["fakecloud"] = provider_class("fakecloud").__name__
+    out["sources"] = {name: plugin_source(name) for name in ("local", "aws", "fakecloud")}
     for name in ("broken", "notaprovider", "twin", "failing"):
         try:
             provider_class(name)
@@ -93,6 +94,10 @@ def test_plug_ins_are_found_lazily_and_a_broken_or_hijacking_one_is_reported(tmp
     assert out["imported_by_listing"] is False  # listing imports no plug-in
     assert out["local_is_builtin"] is True  # the plug-in's 'local' hides nothing
     assert out["fakecloud"] == "FakeCloud"
+    # what the nodes of each must be shipped beside the SDK's wheel: nothing for a built-in
+    assert out["sources"]["local"] is None and out["sources"]["aws"] is None
+    dist, packages = out["sources"]["fakecloud"]
+    assert dist in ("fake-cloud", "fake-cloud-dev") and "fake_cloud" in packages
     assert "no_such_module" in out["broken"] and "fake-cloud" in out["broken"]
     assert "not a flow_sdk Provider class" in out["notaprovider"]
     assert "cannot start here" in out["failing"] and "fake-cloud" in out["failing"]

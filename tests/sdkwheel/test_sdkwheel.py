@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import subprocess
 import sys
 import zipfile
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from flow_sdk import sdkwheel
+from flow_sdk.errors import PayloadError
 from flow_sdk.sdkwheel import CodeIntegrityError
 
 
@@ -107,3 +109,39 @@ def test_a_node_of_another_python_minor_refuses_the_task() -> None:
     with pytest.raises(sdkwheel.PythonMismatchError) as caught:
         sdkwheel.require_python("3.99")
     assert f"launched from Python 3.99, but this node runs Python {mine}" in str(caught.value)
+
+
+def _plugin_dist(root: Path) -> None:
+    """An installed plug-in distribution: its package and its dist-info on ``root``."""
+    (root / "fakeplug" / "nodeside").mkdir(parents=True)
+    (root / "fakeplug" / "__init__.py").write_text("")
+    (root / "fakeplug" / "nodeside" / "__init__.py").write_text("WHERE = 'node'\n")
+    info = root / "fake_plug-2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plug\nVersion: 2.0\n"
+                                   "Requires-Dist: flow-gang-sdk\nRequires-Dist: pydantic\n")
+    (info / "entry_points.txt").write_text("[flow_sdk.providers]\n"
+                                           "fake = fakeplug:FakeProvider\n")
+
+
+def test_a_plugin_distribution_is_packed_with_its_entry_points_and_pins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _plugin_dist(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    first = sdkwheel.build_distribution("fake-plug", ["fakeplug"], cache_dir=tmp_path / "a")
+    again = sdkwheel.build_distribution("fake-plug", ["fakeplug"], cache_dir=tmp_path / "b")
+    assert first.filename == "fake_plug-2.0-py3-none-any.whl" and first.data == again.data
+    with zipfile.ZipFile(io.BytesIO(first.data)) as archive:
+        names = set(archive.namelist())
+        assert {"fakeplug/__init__.py", "fakeplug/nodeside/__init__.py"} <= names
+        assert archive.read("fake_plug-2.0.dist-info/entry_points.txt").decode().endswith(
+            "fake = fakeplug:FakeProvider\n")
+        metadata = archive.read("fake_plug-2.0.dist-info/METADATA").decode()
+    import pydantic
+
+    assert f"Requires-Dist: pydantic=={pydantic.VERSION}" in metadata
+    assert "flow-gang-sdk" not in metadata  # the SDK's own wheel ships beside it
+    with pytest.raises(PayloadError, match="not installed here"):
+        sdkwheel.build_distribution("no-such-plugin-xyz", ["x"], cache_dir=tmp_path)
+    with pytest.raises(PayloadError, match="'missingpkg'"):
+        sdkwheel.build_distribution("fake-plug", ["missingpkg"], cache_dir=tmp_path)

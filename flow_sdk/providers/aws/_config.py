@@ -17,6 +17,7 @@ from flow_sdk.aws_clients import REGION_RE, default_region
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._credentials import reject_credentials
 from flow_sdk.providers.aws._imds import IMDS_ENDPOINT
+from flow_sdk.providers.launch import ShippedWheel
 
 # The AWS Deep Learning AMI with PyTorch (OSS NVIDIA driver, Ubuntu 24.04): the NVIDIA
 # driver, CUDA, NCCL with the EFA plugin, Docker with the NVIDIA container toolkit, the AWS
@@ -45,17 +46,6 @@ _ACCOUNT_RE = re.compile(r"^[0-9]{12}$")
 _IMDS_RE = re.compile(r"^http://[A-Za-z0-9.:\[\]-]+(?::\d+)?(?:/[A-Za-z0-9._{}/-]*)?$")
 _PREFIX_RE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]*/)*")
 _LOG_GROUP_RE = re.compile(r"[A-Za-z0-9._/#-]{1,400}")
-
-
-@dataclass(frozen=True)
-class CodeRef:
-    """The caller's SDK wheel in the task's object store (``flow_sdk.sdkwheel``): its key,
-    SHA-256 and file name, and the caller's Python ``major.minor`` the nodes must run."""
-
-    key: str
-    sha256: str
-    filename: str
-    python: str
 
 
 @dataclass(frozen=True)
@@ -101,7 +91,7 @@ class AwsConfig:
     ssh_address: str = "public"  # "public" | "private" (a VPN or bastion reaches the VPC)
     ssh_key_path: str | None = None
     launch: NodeLaunch | None = None  # set on nodes only
-    code: CodeRef | None = None  # set on nodes only: the SDK wheel they install
+    code: ShippedWheel | None = None  # set on nodes only: the SDK wheel they install
 
     @property
     def launch_regions(self) -> tuple[str, ...]:
@@ -197,7 +187,8 @@ class AwsConfig:
                             "filename": self.code.filename, "python": self.code.python}
         return data
 
-    def for_node(self, task_id: str, region: str, attempt: int, code: CodeRef) -> AwsConfig:
+    def for_node(self, task_id: str, region: str, attempt: int, code: ShippedWheel
+                 ) -> AwsConfig:
         """The config the nodes of one launched gang boot with: where they landed and the
         SDK wheel they install."""
         return replace(self, launch=NodeLaunch(task_id, region, attempt), code=code)
@@ -270,7 +261,7 @@ def _name_prefixes(config: Mapping[str, Any]) -> tuple[str, str]:
     return prefix, log_groups
 
 
-def _code(value: Any) -> CodeRef:
+def _code(value: Any) -> ShippedWheel:
     keys = ("key", "sha256", "filename", "python")
     if (not isinstance(value, Mapping) or sorted(value) != sorted(keys)
             or not all(isinstance(value[k], str) for k in keys)
@@ -278,7 +269,7 @@ def _code(value: Any) -> CodeRef:
         raise ProviderError("provider_config.code must be the SDK wheel a launch stored: "
                             f"{{{', '.join(repr(k) for k in keys)}}} (set by the client at "
                             "launch, never by hand)")
-    return CodeRef(**{k: value[k] for k in keys})
+    return ShippedWheel(**{k: value[k] for k in keys})
 
 
 def check_ssh_cidr(value: str) -> str:

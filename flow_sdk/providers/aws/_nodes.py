@@ -20,7 +20,7 @@ from flow_sdk.errors import ProviderError
 from flow_sdk.wire import BootConfig, TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._clients import Clients
-from flow_sdk.providers.aws._config import AwsConfig, CodeRef
+from flow_sdk.providers.aws._config import AwsConfig
 from flow_sdk.providers.aws._credentials import reject_credentials
 from flow_sdk.providers.aws._iam import (
     LaunchPins,
@@ -41,6 +41,8 @@ from flow_sdk.providers.aws._resources import (
 from flow_sdk.providers.aws._runtime import NodeBoot, NodeRuntime
 from flow_sdk.providers.aws._tasksecret import delete_task_secret, put_task_secret
 from flow_sdk.providers.aws._volumes import AwsVolumes
+from flow_sdk.providers import launch
+from flow_sdk.providers.launch import ShippedWheel
 from flow_sdk.providers.base import Instance, InstanceState, ObjectStore
 from flow_sdk.spec import TaskSpec
 
@@ -73,7 +75,7 @@ class AwsNodes:
     def iam(self) -> Any:
         return self.clients.get("iam", self.cfg.region)
 
-    def task_access(self, task_id: str, spec: TaskSpec, code: CodeRef) -> TaskAccess:
+    def task_access(self, task_id: str, spec: TaskSpec, code: ShippedWheel) -> TaskAccess:
         """What the task's nodes may reach (``_iam``): its payload is the one its task
         record (written before the launch) names."""
         raw = self.store.get(wire.task_key(task_id))
@@ -89,7 +91,7 @@ class AwsNodes:
                 v.name for v in spec.volumes.values() if v.interface == "block")),
             pool=spec.pool is not None)
 
-    def task_access_for(self, task_id: str, spec: TaskSpec, code: CodeRef, secret: str
+    def task_access_for(self, task_id: str, spec: TaskSpec, code: ShippedWheel, secret: str
                         ) -> tuple[str, bool]:
         """Store the task's secret where only its nodes read it (``_tasksecret``); then the
         instance profile the task's nodes run with, and whether it is new (EC2 may refuse a
@@ -127,20 +129,17 @@ class AwsNodes:
             return deleted
         return deleted + delete_task_role(self.iam, self.store_tag, task_id)
 
-    def ship_code(self) -> CodeRef:
+    def ship_code(self) -> ShippedWheel:
         """The SDK wheel the nodes install: on a node, the one its gang was launched with;
         on the client, this process's own ``flow_sdk`` packed (``sdkwheel``, cached by
         digest) and stored content-addressed, once."""
         if self.cfg.code is not None:
             return self.cfg.code
-        wheel = sdkwheel.build()
-        key = wire.code_key(wheel.sha256)
-        self.store.put_if_absent(key, wheel.data)
-        return CodeRef(key, wheel.sha256, wheel.filename, wheel.python)
+        return launch.ship(self.store, sdkwheel.build())
 
     def render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
                          boot: BootConfig, max_run_time_hours: float | None,
-                         code: CodeRef, *, bucket: str | None = None,
+                         code: ShippedWheel, *, bucket: str | None = None,
                          bucket_owner: str | None = None, volume_mounts: str = ""
                          ) -> NodeBoot:
         """The boot of one gang's nodes (and of their replacements), its user-data rendered:

@@ -30,7 +30,8 @@ from flow_sdk import sdkwheel, wire
 from flow_sdk.errors import FieldProblem, ProviderError, VolumeError
 from flow_sdk.providers.aws import _gang, _gc, _replace, _ssh, _teardown
 from flow_sdk.providers.aws._clients import Clients
-from flow_sdk.providers.aws._config import AwsConfig, CodeRef
+from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.launch import ShippedWheel
 from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
 from flow_sdk.providers.aws._iam import (
     LaunchPins,
@@ -62,7 +63,7 @@ from flow_sdk.spec import TaskSpec
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 _SAMPLE_TASK_ID = "t" * 64  # longer than any task id: check() sizes the user-data with it
 # check() sizes the user-data with this stand-in for the SDK wheel (as long as a real one)
-_SAMPLE_CODE = CodeRef(wire.code_key("0" * 64), "0" * 64,
+_SAMPLE_CODE = ShippedWheel(wire.code_key("0" * 64), "0" * 64,
                        sdkwheel.wheel_name("0.0.0.dev0+" + "0" * 16), "3.12")
 
 

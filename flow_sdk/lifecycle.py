@@ -173,6 +173,15 @@ def nodes_vanished(agent_tail: list[str], boot_tail: list[str],
                    log_tail=tail, label="infra")
 
 
+def cap_passed_unanswered(now: float | None = None) -> Outcome:
+    """The task passed its runtime cap and the caller's grace (``runtimecap.CALLER``) with
+    no node stopping it (its nodes stopped answering): TIMED_OUT, the caller stops it."""
+    return Outcome(TaskStatus.TIMED_OUT.value, "the task passed its max_run_time_hours cap by "
+                   f"{runtimecap.CALLER.grace_s:.0f} s and no node stopped it (its nodes stopped "
+                   "answering); the caller stopped it", time.time() if now is None else now,
+                   label="infra")
+
+
 def launch_left(why: str, now: float | None = None) -> Outcome:
     """A launch whose client went away before saying how it ended (``flow gc`` judges it
     once nothing of it runs): CANCELLED, as an interrupted launch."""

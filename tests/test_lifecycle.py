@@ -90,6 +90,36 @@ def test_a_scratch_outcome_write_outside_lifecycle_fails_the_scan(tmp_path: Path
     assert list(writers(copy)) == ["client/task.py", "lifecycle.py"]
 
 
+def outcome_key_users(root: Path) -> list[str]:
+    """The modules under ``root`` that name the outcome key (``outcome_key``: a name, an
+    attribute or an imported name), outside ``lifecycle.py`` and the wire layer."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "wire" or rel == Path("lifecycle.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.Name) and node.id == "outcome_key"
+               or isinstance(node, ast.Attribute) and node.attr == "outcome_key"
+               or isinstance(node, ast.alias) and node.name == "outcome_key"
+               for node in ast.walk(tree)):
+            found.append(str(rel))
+    return found
+
+
+def test_no_module_outside_lifecycle_and_wire_names_the_outcome_key(tmp_path: Path) -> None:
+    """Reading or writing a task's outcome goes through ``lifecycle`` (which checks its
+    seal); a scratch module that names the key fails the scan."""
+    assert outcome_key_users(PACKAGE) == []
+    (tmp_path / "wire").mkdir()
+    (tmp_path / "wire" / "keys.py").write_text("def outcome_key(task_id): ...\n")
+    (tmp_path / "lifecycle.py").write_text("from flow_sdk.wire import outcome_key\n")
+    (tmp_path / "reader.py").write_text("def peek(store, wire, t):\n"
+                                        "    return store.get(wire.outcome_key(t))\n")
+    (tmp_path / "importer.py").write_text("from flow_sdk.wire.keys import outcome_key\n")
+    assert outcome_key_users(tmp_path) == ["importer.py", "reader.py"]
+
+
 def test_the_first_valid_outcome_wins_and_a_forgery_never_blocks_the_real_one() -> None:
     provider = LocalProvider()
     tasksecrets.save_task_secret("t-1", signing.new_secret())

@@ -1,17 +1,19 @@
 """The caller's guard on the runtime cap: the nodes enforce ``max_run_time_hours`` themselves
 (their agents, and on a cloud the node's own power-off timer), but nodes that stopped
 answering (every agent frozen) enforce nothing. Past the cap and the caller's grace
-(``wire.runtimecap.CALLER``), ``Task.status`` reads TIMED_OUT even without an outcome, so a waiting caller ends: ``Task.wait`` records the
-outcome (``judged``) and tears the nodes down."""
+(``wire.runtimecap.CALLER``), ``Task.status`` reads TIMED_OUT even without an outcome, so a
+waiting caller ends: ``Task.wait`` records the outcome ``lifecycle`` gives that end (``judged``)
+and tears the nodes down."""
 
 from __future__ import annotations
 
 import time
 from typing import Protocol
 
+from flow_sdk import lifecycle
 from flow_sdk.errors import SignatureError, TaskNotFoundError
 from flow_sdk.spec import TaskSpec
-from flow_sdk.wire import Outcome, TaskRecord, TaskStatus
+from flow_sdk.wire import Outcome, TaskRecord
 from flow_sdk.wire.runtimecap import CALLER
 
 _DEADLINES: dict[str, float | None] = {}  # task id -> its deadline (records never change)
@@ -41,9 +43,7 @@ def overdue(deadline: float | None, now: float | None = None) -> Outcome | None:
     now = time.time() if now is None else now
     if deadline is None or now < deadline:
         return None
-    return Outcome(TaskStatus.TIMED_OUT.value, "the task passed its max_run_time_hours cap by "
-                   f"{CALLER.grace_s:.0f} s and no node stopped it (its nodes stopped answering); "
-                   "the caller stopped it", now, label="infra")
+    return lifecycle.cap_passed_unanswered(now)
 
 
 def judged(task: _Launched) -> Outcome | None:

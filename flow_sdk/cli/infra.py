@@ -38,12 +38,16 @@ def plan(provider: str, provider_config: str | None, as_json: bool, **spec: Any)
                                 **spec_kwargs(spec))
     config = provider_config_of(provider_config)
     chosen_backend = backend(provider, config)
-    refuse(chosen_backend.check(task_spec), config)
+    refuse(chosen_backend.problems(task_spec), config)
     chosen = chosen_backend.plan(task_spec)
+    notes = chosen_backend.notes(task_spec)
     data = {**dataclasses.asdict(chosen), "processes": chosen.processes,
-            "cost_per_hour": chosen.cost_per_hour, "cost_at_cap": chosen.cost_at_cap}
+            "cost_per_hour": chosen.cost_per_hour, "cost_at_cap": chosen.cost_at_cap,
+            "notes": notes}
     for warning in chosen.warnings:  # a plan launches nothing: what a launch refuses, it warns
         click.echo(f"flow: warning: a launch would be refused: {warning}", err=True)
+    for note in notes:
+        click.echo(f"flow: note: {note}", err=True)
     if as_json:
         emit_json(data)
         return

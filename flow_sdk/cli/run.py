@@ -113,9 +113,10 @@ def run(path: Path, args: tuple[str, ...], entrypoint: str | None, app_name: str
     if not path.is_dir():
         local_module_files(path)  # an import it cannot follow stops here, before the plan
     task_spec = build_task_spec(app=app_name, name=name, provider=provider, **options)
-    refuse(chosen.check(task_spec) + chosen.launch_problems(task_spec), config)
+    refuse(chosen.problems(task_spec) + chosen.launch_problems(task_spec), config)
     plan = chosen.plan(task_spec)
-    show_plan(plan, reporter, WatchOptions(quiet=quiet, confirm=not yes))
+    show_plan(plan, reporter, WatchOptions(quiet=quiet, confirm=not yes),
+              notes=chosen.notes(task_spec))
     app = FlowApp(app_name, provider=provider, provider_config=config)
     task: Task | None = None
     try:

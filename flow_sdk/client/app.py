@@ -107,7 +107,7 @@ class FlowApp:
             provider = self.provider(spec.provider)
         except ProviderError as exc:
             raise ValidationError([FieldProblem("provider", str(exc))]) from None
-        problems = provider.check(spec)
+        problems = provider.problems(spec)
         if problems:
             raise ValidationError(problems)
         return spec
@@ -193,7 +193,8 @@ class RemoteFunction(Generic[P, R]):
         provider = self.app.provider(self.spec.provider)
         refuse_launch(provider, self.spec)  # before the plan asks to confirm it
         if not self.watch.quiet and not pools.pool_is_up(self.spec.pool, provider):
-            progress.show_plan(provider.plan(self.spec), reporter, self.watch)
+            progress.show_plan(provider.plan(self.spec), reporter, self.watch,
+                               notes=provider.notes(self.spec))
         packed = payload.pack_parts(self.fn, args, dict(kwargs), include=self.spec.include)
         return launch_task(provider, self.spec, packed)
 

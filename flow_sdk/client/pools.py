@@ -246,7 +246,7 @@ def pool_up(name: str, *, provider: str = "local",
                            idle_stop=DEFAULT_IDLE_STOP_S if idle_stop is None else idle_stop,
                            **options)
     backend = pool_provider(provider, provider_config)
-    problems = backend.check(spec) + backend.launch_problems(spec)
+    problems = backend.problems(spec) + backend.launch_problems(spec)
     if problems:
         raise ValidationError(problems)
     return start_pool(backend, spec)

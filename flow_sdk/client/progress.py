@@ -10,6 +10,8 @@ through the ``Task`` handle's status, node and log APIs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import io
 import os
 import sys
@@ -158,10 +160,13 @@ def _catalog_date() -> str:
 
 
 def show_plan(plan: LaunchPlan, reporter: Reporter, options: WatchOptions,
-              stdin: TextIO | None = None) -> None:
-    """Show the plan; for a launch that costs money, ask on a terminal unless
-    ``options.confirm`` is off. Raises ``LaunchDeclinedError`` when the caller says no."""
+              stdin: TextIO | None = None, notes: Sequence[str] = ()) -> None:
+    """Show the plan and the provider's ``notes`` (the options it runs without); for a
+    launch that costs money, ask on a terminal unless ``options.confirm`` is off. Raises
+    ``LaunchDeclinedError`` when the caller says no."""
     reporter.note(describe_plan(plan))
+    for note in notes:
+        reporter.note(f"note: {note}")
     asking = options.confirm and plan.cost_per_hour > 0
     if asking and (stdin if stdin is not None else sys.stdin).isatty() and reporter.tty:
         if not reporter.confirm(f"Launch {plan.nodes} node(s) at "

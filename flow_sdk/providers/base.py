@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from flow_sdk.errors import FieldProblem, ProviderError, ValidationError, VolumeError
+from flow_sdk.providers.capabilities import Capabilities
 from flow_sdk.spec import TaskSpec, VolumeSpec
 from flow_sdk.wire import BootConfig
 
@@ -286,6 +287,8 @@ class Provider(abc.ABC):
     # Whether nodes see this machine's file system (their processes run here): a relative
     # path the caller names is then made absolute for them instead of refused.
     shares_client_filesystem: ClassVar[bool] = False
+    # What it honours of a task's options (``capabilities``); by default none of them.
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     @classmethod
     @abc.abstractmethod
@@ -314,6 +317,16 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         """Provider-specific problems with a spec, found before anything is launched."""
+
+    def problems(self, spec: TaskSpec) -> list[FieldProblem]:
+        """Everything that refuses ``spec`` here before anything is launched: the options the
+        provider does not honour (``capabilities``), then its own ``check``."""
+        return self.capabilities.problems(self.name, spec) + self.check(spec)
+
+    def notes(self, spec: TaskSpec) -> list[str]:
+        """What the provider runs ``spec`` without, each with what happens instead (shown
+        with the plan)."""
+        return self.capabilities.notes_for(self.name, spec)
 
     def launch_problems(self, spec: TaskSpec) -> list[FieldProblem]:
         """What refuses a launch of ``spec`` but not its plan, which launches nothing (the

@@ -12,7 +12,7 @@ entry points the plug-in's wheel carries.
 run the same (the wheels require it, and the task's pickles need it). A node's bootstrap fetches
 each wheel, checks its SHA-256 before it installs anything (``sdkwheel.verify``, or the same
 check in the bootstrap's own language), and installs them: these are pure-Python wheels, so
-unpacking them into a folder on the interpreter's path, or ``pip install``, both do.
+unpacking them into a folder on the interpreter's path installs them, as pip does.
 """
 
 from __future__ import annotations

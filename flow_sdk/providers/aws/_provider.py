@@ -31,6 +31,7 @@ from flow_sdk.errors import FieldProblem, ProviderError, VolumeError
 from flow_sdk.providers.aws import _gang, _gc, _replace, _ssh, _teardown
 from flow_sdk.providers.aws._clients import Clients
 from flow_sdk.providers.aws._config import AwsConfig
+from flow_sdk.providers.capabilities import Capabilities
 from flow_sdk.providers.launch import ShippedWheel
 from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
 from flow_sdk.providers.aws._iam import (
@@ -71,6 +72,7 @@ class AwsProvider(Provider):
     """EC2 through boto3. See the package docstring for what each part does."""
 
     name: ClassVar[str] = "aws"
+    capabilities: ClassVar[Capabilities] = Capabilities.every()
 
     def __init__(self, config: AwsConfig, *, session: boto3.session.Session | None = None,
                  runtime: NodeRuntime | None = None) -> None:

@@ -43,6 +43,7 @@ from flow_sdk.providers.base import (
     Volumes,
     boot_stream,
 )
+from flow_sdk.providers.capabilities import Capabilities, Support
 from flow_sdk.providers.local import _gpus, _node, _sshd
 from flow_sdk.providers.files import (
     FileLogStore,
@@ -69,6 +70,13 @@ class LocalLogStore(FileLogStore):
 class LocalProvider(Provider):
     name: ClassVar[str] = "local"
     shares_client_filesystem: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        image=Support.NOTED, price_caps=Support.HONOURED, file_volumes=Support.HONOURED,
+        block_volumes=Support.HONOURED, s3_mounts=Support.HONOURED,
+        interconnect=Support.NOTED, pools=Support.HONOURED,
+        notes={"image": "the nodes run in this machine's Python environment, not in a "
+                        "container",
+               "interconnect": "the nodes of this machine talk over loopback"})
 
     def __init__(self, root: Path | None = None, *, ssh: bool = True,
                  sshd: str | None = None) -> None:

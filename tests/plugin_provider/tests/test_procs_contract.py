@@ -6,7 +6,10 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from flow_procs.node import where_from
+from flow_sdk.errors import ValidationError
 from flow_sdk.testing import ProviderUnderTest
 from flow_sdk.testing.suite import *  # noqa: F401,F403  (the contract, test by test)
 
@@ -35,3 +38,22 @@ def test_the_nodes_import_the_plugin_from_the_wheels_the_launch_shipped(
                     points).decode()
     assert sum("flow_procs/node.py" in names for names in shipped.values()) == 1
     assert sum("flow_sdk/node/agent/main.py" in names for names in shipped.values()) == 1
+
+
+def test_an_option_the_plugin_does_not_declare_is_refused_before_anything_starts(
+        provider_under_test: ProviderUnderTest) -> None:
+    root = Path(str(dict(provider_under_test.config or {})["root"]))
+
+    def tasks() -> set[str]:
+        folder = root / "instances"
+        return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+
+    before = tasks()
+    app = provider_under_test.app("procs-refused")
+    with pytest.raises(ValidationError) as refused:
+        app.function(num_instances=2, image="python:3.11", mounts={"/s3": "s3://bucket/prefix"})(
+            where_from)
+    assert [p.field for p in refused.value.problems] == ["image", "mounts"]
+    assert all("the procs provider does not support" in p.message
+               for p in refused.value.problems)
+    assert tasks() == before  # refused before any node started

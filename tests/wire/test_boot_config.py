@@ -91,11 +91,12 @@ def test_a_node_without_a_boot_is_told_where_it_comes_from() -> None:
 
 def test_the_local_provider_hands_the_boot_over_in_a_0600_file(tmp_path: Path) -> None:
     from flow_sdk.providers.base import LaunchRequest
+    from flow_sdk.providers.launch import node_launch
     from flow_sdk.providers.local import _node
     from flow_sdk.spec import build_task_spec
 
     request = LaunchRequest("t-1", build_task_spec(app="a", name="f", num_instances=1), BOOT)
-    env = _node.node_env(request, "local-1", "127.0.0.1", tmp_path, "")
+    env = _node.node_env(node_launch(request), "local-1", "127.0.0.1", tmp_path, "", 1)
     path = Path(env[envvars.BOOT_FILE])
     assert path.parent == tmp_path and os.stat(path).st_mode & 0o777 == 0o600
     assert not any(BOOT.secret in value for value in env.values())  # only in the file

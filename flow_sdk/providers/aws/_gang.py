@@ -43,6 +43,7 @@ from flow_sdk.providers.aws._resources import (
 from flow_sdk.providers.aws._rollback import ALIVE_STATES, LaunchLedger
 from flow_sdk.providers.aws._runtime import NodeBoot
 from flow_sdk.providers.base import Instance, LaunchRequest
+from flow_sdk.providers.launch import node_launch
 from flow_sdk.spec import TaskSpec
 
 TERMINATED_WAIT_S = 300.0  # how long a rollback waits for its instances to release their groups
@@ -101,6 +102,7 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
     nodes.task_efa[task_id] = efa
     attempts: list[Attempt] = []
     code = nodes.ship_code()  # the caller's SDK wheel, in the store before any node
+    launch = node_launch(request, (code,))
     profile, fresh = nodes.task_access_for(task_id, spec, code, request.boot.secret)  # SSM
     ssh_cidr = caller_cidr(cfg)
     block_names = sorted(v.name for v in spec.volumes.values() if v.interface == "block")
@@ -135,8 +137,7 @@ def _start_gang(nodes: AwsNodes, request: LaunchRequest, offers: list[Offer],
         mounts_sh = nodes.volumes.provision(ctx, spec, candidate.zone, subnet_id,
                                             security_group)
         boot = boots[number] = nodes.render_user_data(
-            spec, task_id, candidate.offer.region, number, request.boot,
-            spec.max_run_time_hours, code, volume_mounts=mounts_sh)
+            launch, spec, task_id, candidate.offer.region, number, volume_mounts=mounts_sh)
         return AttemptPlan(
             task_id=task_id, spec=spec, offer=candidate.offer, zone=candidate.zone,
             subnet_id=subnet_id, security_group=security_group, ami_id=ctx.ami_id(),

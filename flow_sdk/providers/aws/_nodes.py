@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from flow_sdk import sdkwheel, wire
 from flow_sdk.errors import ProviderError
-from flow_sdk.wire import BootConfig, TaskRecord
+from flow_sdk.wire import TaskRecord
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.providers.aws._clients import Clients
 from flow_sdk.providers.aws._config import AwsConfig
@@ -42,7 +42,7 @@ from flow_sdk.providers.aws._runtime import NodeBoot, NodeRuntime
 from flow_sdk.providers.aws._tasksecret import delete_task_secret, put_task_secret
 from flow_sdk.providers.aws._volumes import AwsVolumes
 from flow_sdk.providers import launch
-from flow_sdk.providers.launch import ShippedWheel
+from flow_sdk.providers.launch import NodeLaunch, ShippedWheel
 from flow_sdk.providers.base import Instance, InstanceState, ObjectStore
 from flow_sdk.spec import TaskSpec
 
@@ -137,18 +137,21 @@ class AwsNodes:
             return self.cfg.code
         return launch.ship(self.store, sdkwheel.build())
 
-    def render_user_data(self, spec: TaskSpec, task_id: str, region: str, attempt: int,
-                         boot: BootConfig, max_run_time_hours: float | None,
-                         code: ShippedWheel, *, bucket: str | None = None,
+    def render_user_data(self, launch: NodeLaunch, spec: TaskSpec, task_id: str, region: str,
+                         attempt: int, *, bucket: str | None = None,
                          bucket_owner: str | None = None, volume_mounts: str = ""
                          ) -> NodeBoot:
-        """The boot of one gang's nodes (and of their replacements), its user-data rendered:
-        they install ``code``; ``volume_mounts`` are the bash lines that mount the task's
-        volumes (``AwsVolumes.provision``). ``bucket`` and ``bucket_owner`` stand in for the
-        provider's own (``check`` sizes the script without asking STS). The nodes' provider
-        config carries the node runtime's own keys as they are; it replaces the client's in
-        ``boot``."""
+        """The boot of one gang's nodes (and of their replacements): ``launch`` rendered as
+        user-data. They install its one wheel, the SDK's (``ship_code``); ``volume_mounts``
+        are the bash lines that mount the task's volumes (``AwsVolumes.provision``).
+        ``bucket`` and ``bucket_owner`` stand in for the provider's own (``check`` sizes the
+        script without asking STS). The nodes' provider config carries the node runtime's own
+        keys as they are; it replaces the client's in the boot configuration."""
         cfg = self.cfg
+        if len(launch.wheels) != 1:
+            raise ProviderError(f"an aws node installs one wheel, the SDK's; this launch ships "
+                                f"{[w.filename for w in launch.wheels]}")
+        code = launch.wheels[0]
         node_config = cfg.for_node(task_id, region, attempt, code).to_dict()
         if bucket is None:
             bucket, bucket_owner = self.bucket_name(), self.bucket_owner()
@@ -162,16 +165,17 @@ class AwsNodes:
         reject_credentials(node_config)
         fetch = _userdata.NodeCode(
             url=f"s3://{bucket}/{cfg.prefix}{code.key}", sha256=code.sha256,
-            filename=code.filename, python=code.python, region=cfg.region,
+            filename=code.filename, python=launch.python, region=cfg.region,
             log_group=cfg.log_group_prefix + task_id,
             log_retention_days=cfg.log_retention_days,
-            boot_timeout_s=math.ceil(spec.boot_timeout_s), bucket_owner=bucket_owner)
+            boot_timeout_s=math.ceil(launch.boot_timeout_s), bucket_owner=bucket_owner)
         inputs = _userdata.BootstrapInputs(  # the secret stays out: the nodes read it
-            replace(boot.with_provider_config(node_config), secret=""), fetch,  # from SSM
+            launch.boot_without_secret().with_provider_config(node_config), fetch,  # from SSM
             secret_parameter(f"s3://{bucket}/{cfg.prefix}", task_id),  # the store's tag
             spec.image, spec.gpu is not None,
             _userdata.interconnect_of(spec.internode_interconnect),
-            _userdata.mount_paths(spec.volumes, spec.mounts), max_run_time_hours, volume_mounts)
+            _userdata.mount_paths(spec.volumes, spec.mounts), launch.max_run_time_hours,
+            volume_mounts)
         return NodeBoot(task_id, region, attempt, spec, inputs, _userdata.render(inputs))
 
     # -- discovery --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from flow_sdk.providers.aws import _gang, _gc, _replace, _ssh, _teardown
 from flow_sdk.providers.aws._clients import Clients
 from flow_sdk.providers.aws._config import AwsConfig
 from flow_sdk.providers.capabilities import Capabilities
-from flow_sdk.providers.launch import ShippedWheel
+from flow_sdk.providers.launch import ShippedWheel, node_launch
 from flow_sdk.providers.aws._cwlogs import CloudWatchLogStore
 from flow_sdk.providers.aws._iam import (
     LaunchPins,
@@ -184,11 +184,12 @@ class AwsProvider(Provider):
                 "'nvcr.io/nvidia/pytorch:24.05-py3'"))
         else:
             try:
+                sample = LaunchRequest(_SAMPLE_TASK_ID, spec, wire.BootConfig(
+                    _SAMPLE_TASK_ID, self.name, {}, secret="0" * 64))
                 self.nodes.render_user_data(
-                    spec, _SAMPLE_TASK_ID, self.cfg.region, self.cfg.max_launch_attempts,
-                    wire.BootConfig(_SAMPLE_TASK_ID, self.name, {}, secret="0" * 64),
-                    spec.max_run_time_hours, _SAMPLE_CODE, bucket=self._bucket or "b" * 63,
-                    bucket_owner=self._owner or "0" * 12,
+                    node_launch(sample, (_SAMPLE_CODE,)), spec, _SAMPLE_TASK_ID,
+                    self.cfg.region, self.cfg.max_launch_attempts,
+                    bucket=self._bucket or "b" * 63, bucket_owner=self._owner or "0" * 12,
                     volume_mounts=sample_mounts(spec))
             except VolumeError as exc:
                 problems.append(FieldProblem("volumes", str(exc)))

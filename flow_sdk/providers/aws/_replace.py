@@ -34,6 +34,7 @@ from flow_sdk.providers.aws._resources import (
 )
 from flow_sdk.providers.aws._teardown import terminate_instances
 from flow_sdk.providers.base import Instance, LaunchRequest
+from flow_sdk.providers.launch import node_launch
 from flow_sdk.spec import TaskSpec
 
 
@@ -44,8 +45,8 @@ def add_instances(nodes: AwsNodes, request: LaunchRequest, count: int) -> list[I
     attempt = int(str(tag_value(template, TAG_ATTEMPT)))
     gang_subnet, security_group = network_of(template)
     hours = _remaining_hours(nodes, request, spec)
-    boot = nodes.render_user_data(spec, task_id, region, attempt, request.boot, hours,
-                                  nodes.ship_code(),
+    launch = node_launch(request, (nodes.ship_code(),), max_run_time_hours=hours)
+    boot = nodes.render_user_data(launch, spec, task_id, region, attempt,
                                   volume_mounts=nodes.volumes.remount(task_id, spec, region))
     efa = _userdata.interconnect_of(spec.internode_interconnect) == "efa"
     zone = str(template["Placement"]["AvailabilityZone"])

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flow_sdk import procs, wire
-from flow_sdk.providers.base import LaunchRequest
+from flow_sdk import procs
+from flow_sdk.providers.launch import NodeLaunch
 from flow_sdk.providers.local import _keeper
 from flow_sdk.wire import envvars, runtimecap
 
@@ -29,31 +29,30 @@ def reap() -> None:
             del _children[pid]
 
 
-def _boot_file(boot: wire.BootConfig, path: Path) -> Path:
+def _boot_file(text: str, path: Path) -> Path:
     """A new 0600 file at ``path`` holding the encoded boot configuration: it carries the
     task's secret, which stays out of argv and environment dumps."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(boot.encode())
+        fh.write(text)
     return path
 
 
-def node_env(request: LaunchRequest, instance_id: str, address: str, workdir: Path,
-             gpus: str) -> dict[str, str]:
-    """The environment of the node's agent and keeper; writes the boot file into ``workdir``."""
+def node_env(launch: NodeLaunch, instance_id: str, address: str, workdir: Path, gpus: str,
+             nodes: int) -> dict[str, str]:
+    """The environment of the node's agent and keeper, this provider's render of ``launch``
+    (one of ``nodes`` nodes sharing this machine); writes the boot file into ``workdir``."""
     env = dict(os.environ)
-    env[envvars.BOOT_FILE] = str(_boot_file(request.boot, workdir / "boot.json"))
-    env[envvars.INSTANCE_ID] = instance_id
-    env[envvars.NODE_ADDRESS] = address
+    env.update(launch.agent_env(instance_id, address,
+                                _boot_file(launch.boot_text(), workdir / "boot.json")))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH"))
                                         if p)
     env["CUDA_VISIBLE_DEVICES"] = gpus
     # Workers share this machine's cores with every other local node of the task.
-    env[envvars.NODE_CORES] = str(max(1, len(os.sched_getaffinity(0))
-                                     // request.spec.num_instances))
-    hours = request.spec.max_run_time_hours
-    if hours is not None and request.boot.role == "task":  # a pool's daemon has no cap
-        env[envvars.NODE_DEADLINE] = repr(runtimecap.KEEPER.deadline(time.time(), hours))
+    env[envvars.NODE_CORES] = str(max(1, len(os.sched_getaffinity(0)) // nodes))
+    deadline = launch.backstop(runtimecap.KEEPER, time.time())
+    if deadline is not None:
+        env[envvars.NODE_DEADLINE] = repr(deadline)
     return env
 
 

@@ -44,6 +44,7 @@ from flow_sdk.providers.base import (
     boot_stream,
 )
 from flow_sdk.providers.capabilities import Capabilities, Support
+from flow_sdk.providers.launch import NodeLaunch, node_launch
 from flow_sdk.providers.local import _gpus, _node, _sshd
 from flow_sdk.providers.files import (
     FileLogStore,
@@ -208,6 +209,7 @@ class LocalProvider(Provider):
         block = (self._records_dir(task_id) / "address-block").read_text()
         instance_ids = [f"i-{secrets.token_hex(8)}0" for _ in indexes]
         addresses = [f"{block}.{index + 1}" for index in indexes]
+        launch = node_launch(request)  # the caller's installed SDK: no wheels to ship
         started: list[Instance] = []
         try:
             settings = _sshd.task_ssh(self._ssh_dir(task_id), task_id, enabled=self.ssh,
@@ -217,7 +219,8 @@ class LocalProvider(Provider):
                                           addresses)
             for index, instance_id, address, server in zip(indexes, instance_ids, addresses,
                                                            servers):
-                started.append(self._start_node(request, index, instance_id, address, server))
+                started.append(self._start_node(request, launch, index, instance_id,
+                                                address, server))
         except OSError as exc:
             if rollback_all:
                 self.terminate(task_id)
@@ -227,14 +230,15 @@ class LocalProvider(Provider):
                                 f"{len(indexes)}: {exc}; what had started was stopped") from exc
         return sorted(started, key=lambda i: i.instance_id)
 
-    def _start_node(self, request: LaunchRequest, index: int, instance_id: str, address: str,
-                    server: _sshd.NodeServer | str) -> Instance:
+    def _start_node(self, request: LaunchRequest, launch: NodeLaunch, index: int,
+                    instance_id: str, address: str, server: _sshd.NodeServer | str
+                    ) -> Instance:
         task_id = request.task_id
         workdir = self._node_dir(task_id, instance_id)
         private_dirs(workdir.parent)
         workdir.mkdir(mode=0o700)
-        env = _node.node_env(request, instance_id, address, workdir,
-                             self._node_gpus(task_id, index))
+        env = _node.node_env(launch, instance_id, address, workdir,
+                             self._node_gpus(task_id, index), request.spec.num_instances)
         sshd_argv, ssh_fields = _sshd.configure(server, python=sys.executable,
                                                 accepted=self._sshd_ok, session={
             "workdir": str(workdir), "env": _node.without_boot(env), "task_id": task_id,
@@ -250,8 +254,7 @@ class LocalProvider(Provider):
         # finds (its processes carry its instance id) and ``flow gc`` reclaims.
         path = self._records_dir(task_id) / f"{instance_id}.json"
         replace_file(path, json.dumps({**record, **_node.launcher_fields()}))
-        record.update(_node.spawn(env, workdir, stream, instance_id, sshd_argv,
-                                  request.boot.node_module))
+        record.update(_node.spawn(env, workdir, stream, instance_id, sshd_argv, launch.module))
         replace_file(path, json.dumps(record))
         return _instance(record, "running")
 

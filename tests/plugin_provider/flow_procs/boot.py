@@ -1,9 +1,9 @@
 """The procs node's bootstrap: standard library only, run by path (``python -I -S boot.py
 LAUNCH_FILE``) before anything of flow_sdk or flow_procs is installed where the node runs.
 
-It reads the node's launch file (JSON, 0600: the wheels by path and SHA-256, the folder to
-install them in, the module to run and its environment), checks every wheel's digest before
-installing anything, unpacks the wheels (pure Python) into the node's own folder, and replaces
+It reads the node's launch file (JSON, 0600: the wheels by path and SHA-256, the caller's
+Python, the folder to install them in, the module to run and its environment), checks this
+interpreter's Python and every wheel's digest before installing anything, unpacks the wheels (pure Python) into the node's own folder, and replaces
 itself with ``python -m MODULE`` run on that folder.
 """
 
@@ -39,6 +39,10 @@ def _unpack(data: bytes, site: Path, filename: str) -> None:
 
 def main(launch_file: str) -> None:
     launch = json.loads(Path(launch_file).read_text(encoding="utf-8"))
+    mine = "%d.%d" % sys.version_info[:2]
+    if mine != launch["python"]:
+        raise SystemExit(f"procs boot: this node runs Python {mine}, but the caller runs "
+                         f"Python {launch['python']}; nothing was installed")
     site = Path(launch["site"])
     wheels = [(wheel["filename"], _checked(wheel)) for wheel in launch["wheels"]]
     site.mkdir(mode=0o700)

@@ -37,7 +37,7 @@ from flow_sdk.providers.base import (
     Provider,
 )
 from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs, replace_file
-from flow_sdk.providers.launch import ShippedWheel, ship_wheels
+from flow_sdk.providers.launch import NodeLaunch, node_launch, ship_wheels
 from flow_sdk.spec import TaskSpec
 from flow_sdk.wire import envvars
 
@@ -127,15 +127,15 @@ class ProcsProvider(Provider):
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
         private_dirs(self.root)
-        wheels = ship_wheels(self._store, self.name)
+        launch = node_launch(request, ship_wheels(self._store, self.name))
         boot_script = self._boot_script()
         block = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}"
         count = request.spec.num_instances
         started: list[Instance] = []
         try:
             for index in range(count):
-                started.append(self._start_node(request, f"p-{secrets.token_hex(8)}",
-                                                f"{block}.{index + 1}", wheels, boot_script))
+                started.append(self._start_node(request, launch, f"p-{secrets.token_hex(8)}",
+                                                f"{block}.{index + 1}", boot_script))
         except OSError as exc:
             self.terminate(request.task_id)
             raise ProviderError(f"procs: node {len(started) + 1} of {count} did not start "
@@ -151,28 +151,29 @@ class ProcsProvider(Provider):
             replace_file(path, data.decode("utf-8"))
         return path
 
-    def _start_node(self, request: LaunchRequest, instance_id: str, address: str,
-                    wheels: tuple[ShippedWheel, ...], boot_script: Path) -> Instance:
+    def _start_node(self, request: LaunchRequest, launch: NodeLaunch, instance_id: str,
+                    address: str, boot_script: Path) -> Instance:
+        """This provider's render of ``launch``: the node's 0600 boot file and its launch
+        file (the wheels, the Python it must run, the module and its environment)."""
         task_id = request.task_id
         workdir = self.root / "nodes" / task_id / instance_id
         private_dirs(workdir)
         boot_file = workdir / "boot.json"
         fd = os.open(boot_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(request.boot.encode())  # it carries the task's secret
+            fh.write(launch.boot_text())  # it carries the task's secret
         launch_file = workdir / "launch.json"
+        cores = max(1, (os.cpu_count() or 1) // request.spec.num_instances)
         replace_file(launch_file, json.dumps({
             "wheels": [{"path": str(self._store.root / w.key), "sha256": w.sha256,
-                        "filename": w.filename} for w in wheels],
-            "site": str(workdir / "site"), "module": request.boot.node_module,
-            "env": {envvars.BOOT_FILE: str(boot_file), envvars.INSTANCE_ID: instance_id,
-                    envvars.NODE_ADDRESS: address,
-                    envvars.NODE_CORES: str(max(1, (os.cpu_count() or 1)
-                                                // request.spec.num_instances))}}))
+                        "filename": w.filename} for w in launch.wheels],
+            "python": launch.python, "site": str(workdir / "site"), "module": launch.module,
+            "env": {**launch.agent_env(instance_id, address, boot_file),
+                    envvars.NODE_CORES: str(cores)}}))
         record: dict[str, Any] = {"instance_id": instance_id, "task_id": task_id,
                                   "address": address, "workdir": str(workdir),
                                   "launched_at": time.time(), "terminated": False,
-                                  "wheels": [w.filename for w in wheels]}
+                                  "wheels": [w.filename for w in launch.wheels]}
         path = self._records_dir(task_id) / f"{instance_id}.json"
         private_dirs(path.parent)
         replace_file(path, json.dumps(record))  # before it starts: a stop finds it

@@ -14,6 +14,7 @@ from flow_sdk.client.records import list_client_records
 from flow_sdk.client.task import Task
 from flow_sdk.errors import FlowError, ProviderError, ValidationError
 from flow_sdk.providers.base import LogRecord, NoVolumes, Provider
+from flow_sdk.providers.capabilities import Support
 from flow_sdk.spec import VolumeSpec
 from flow_sdk.testing import calls
 from flow_sdk.testing.target import ProviderUnderTest
@@ -132,6 +133,53 @@ def test_gc_leaves_a_running_task_and_reclaims_it_once_ended_after_a_dry_run(
         _nothing_left(provider, task)
     finally:
         provider.terminate(task.task_id)
+
+
+@pytest.mark.slow
+def test_a_lost_node_is_replaced_where_the_provider_adds_nodes(
+        provider_under_test: ProviderUnderTest) -> None:
+    """With ``max_restarts``, a node lost mid-task is replaced (``add_instances``) and the
+    task succeeds on the survivor and the replacement; the lost node is stopped
+    (``terminate_instances``) and nothing is left."""
+    provider = provider_under_test.provider()
+    if type(provider).add_instances is Provider.add_instances:
+        pytest.skip(f"the {provider_under_test.name} provider does not add nodes to a running "
+                    "task (it keeps Provider.add_instances)")
+    task = provider_under_test.app("contract-replace").function(
+        num_instances=2, max_restarts=1, priority="high")(calls.loses_its_second_node).spawn()
+    try:
+        results = task.results(timeout=TASK_TIMEOUT_S)
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()
+    assert [(r["restart"], r["node"]) for r in results] == [(1, 0), (1, 1)]
+    listed = provider.list_instances(task.task_id)
+    assert len(listed) == 3  # the survivor, the lost node and its replacement
+    assert len({n.instance_id for n in task.nodes()}) == 2
+    _nothing_left(provider, task)
+
+
+@pytest.mark.slow
+def test_a_file_volume_is_shared_by_every_node_where_the_provider_has_them(
+        provider_under_test: ProviderUnderTest) -> None:
+    """A named file volume reaches every node of a task (its node mounts), where the provider
+    honours file volumes; then it is deleted."""
+    provider = provider_under_test.provider()
+    if provider.capabilities.support("file_volumes") is Support.REFUSED:
+        pytest.skip(f"the {provider_under_test.name} provider declares no file volumes")
+    name = f"contract-{secrets.token_hex(3)}"
+    task = provider_under_test.app("contract-volume").function(
+        num_instances=2, priority="high",
+        volumes={"/shared": VolumeSpec(name=name, size_gb=100, interface="file")})(
+        calls.shares_a_volume).spawn("/shared")
+    try:
+        results = task.results(timeout=TASK_TIMEOUT_S)
+    finally:
+        if not task.status.is_terminal:
+            task.cancel()
+    assert results == [["node-0", "node-1"]] * 2
+    _nothing_left(provider, task)
+    assert provider.volumes.delete(name) is True
 
 
 def test_the_object_store_round_trips_and_lists_in_order(

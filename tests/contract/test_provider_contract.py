@@ -7,7 +7,9 @@ import subprocess
 import sys
 
 from flow_sdk.testing.suite import (  # noqa: F401  (the suite's tests, collected here)
+    test_a_file_volume_is_shared_by_every_node_where_the_provider_has_them,
     test_a_launch_that_gets_part_of_its_gang_starts_none_of_it,
+    test_a_lost_node_is_replaced_where_the_provider_adds_nodes,
     test_a_two_node_task_runs_end_to_end_and_leaves_nothing,
     test_gc_leaves_a_running_task_and_reclaims_it_once_ended_after_a_dry_run,
     test_named_volumes_are_made_once_listed_and_deleted_or_refused,

@@ -131,8 +131,8 @@ def test_an_import_of_the_simulated_cloud_from_the_aws_provider_breaks_the_contr
      "flow_sdk.payload -> flow_sdk.node.current"),
     ("node/agent/worker.py", "import flow_sdk.client.task", "node-not-client",
      "flow_sdk.node.agent.worker -> flow_sdk.client.task"),
-    ("volumes/node.py", "import flow_sdk.client.records", "node-not-client",
-     "flow_sdk.volumes.node -> flow_sdk.client.records"),
+    ("node/volumes/prepare.py", "import flow_sdk.client.records", "node-not-client",
+     "flow_sdk.node.volumes.prepare -> flow_sdk.client.records"),
 ])
 def test_an_import_across_the_wire_breaks_the_client_node_contracts(
         tmp_path: Path, clean_lint: Lint, module: str, line: str, contract: str,

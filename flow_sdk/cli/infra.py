@@ -156,7 +156,7 @@ def gc(providers: tuple[str, ...], dry_run: bool, older_than_s: float | None,
             if not as_json:
                 click.echo(f"{name}: {objects}")
         if not dry_run and backend.volumes.shared_mount_caches() is not None:
-            from flow_sdk.volumes import gc_mount_caches
+            from flow_sdk.node.volumes.prepare import gc_mount_caches
 
             removed = gc_mount_caches(backend)
             reports.append({"provider": name, "mount_caches_removed": removed})

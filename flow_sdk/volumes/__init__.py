@@ -55,9 +55,12 @@ different volumes. The node agent therefore tries, in this order (``FLOW_VOLUME_
 ``current.path`` returns the literal path wherever it is real (mode 1 and cloud nodes), so
 code written with it runs unchanged in both modes; code that uses literal paths needs mode 1.
 
-Also here: ``Volume`` objects and ``list_volumes``/``create_volume``/``delete_volume`` (what
-``flow volumes`` calls), the node agent's hook ``prepare_volumes``, and the checkpoint helpers
-(``save_checkpoint``, ``latest_checkpoint``, ``load_checkpoint``).
+This package is what the caller and user code use: ``Volume`` objects and ``list_volumes``/
+``create_volume``/``delete_volume`` (what ``flow volumes`` calls), the volume errors, the mount
+table behind ``current.path`` (``paths``) and the checkpoint helpers (``save_checkpoint``,
+``latest_checkpoint``, ``load_checkpoint``, ...), which work in a task and outside one. The node
+half, what a node's agent does with a task's volumes and mounts before its workers start
+(preparation, S3 mount caches), is ``flow_sdk.node.volumes``.
 """
 
 from __future__ import annotations
@@ -66,8 +69,7 @@ from typing import TYPE_CHECKING
 
 from flow_sdk import _lazy
 
-if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``): a node's
-    # ``current`` needs only ``paths``
+if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``)
     from flow_sdk.volumes.api import (
         Volume,
         VolumeInfo,
@@ -84,7 +86,6 @@ if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``):
         save_checkpoint,
     )
     from flow_sdk.volumes.errors import ReadOnlyMountError, VolumeError, VolumeInUseError
-    from flow_sdk.volumes.node import gc_mount_caches, prepare_volumes
 
 _WHERE: dict[str, str] = {
     "Volume": "flow_sdk.volumes.api",
@@ -101,14 +102,11 @@ _WHERE: dict[str, str] = {
     "ReadOnlyMountError": "flow_sdk.volumes.errors",
     "VolumeError": "flow_sdk.volumes.errors",
     "VolumeInUseError": "flow_sdk.volumes.errors",
-    "gc_mount_caches": "flow_sdk.volumes.node",
-    "prepare_volumes": "flow_sdk.volumes.node",
 }
 __getattr__, __dir__ = _lazy.exports(__name__, globals(), _WHERE)
 
 __all__ = [
     "ReadOnlyMountError", "Volume", "VolumeError", "VolumeInUseError",
-    "VolumeInfo", "checkpoint_step", "create_volume", "delete_volume", "gc_mount_caches",
-    "latest_checkpoint", "list_checkpoints", "list_volumes", "load_checkpoint",
-    "prepare_volumes", "save_checkpoint", "volume_spec",
+    "VolumeInfo", "checkpoint_step", "create_volume", "delete_volume", "latest_checkpoint",
+    "list_checkpoints", "list_volumes", "load_checkpoint", "save_checkpoint", "volume_spec",
 ]

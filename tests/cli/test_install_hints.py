@@ -51,7 +51,7 @@ def test_every_install_line_is_rendered_by_the_one_helper() -> None:
     assert written == []
     modules = {module for module, _ in _hint_calls()}
     assert modules == {"client/ssh.py", "cli/infra.py", "data/_torch.py", "data/_s3.py",
-                       "data/_xgboost.py", "volumes/s3mount.py", "providers/__init__.py",
+                       "data/_xgboost.py", "node/volumes/s3mount.py", "providers/__init__.py",
                        "sdkwheel.py", "sim/_server.py", "client/dashboard/deps.py",
                        "testing/__main__.py"}
 

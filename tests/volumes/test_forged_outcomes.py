@@ -16,7 +16,8 @@ from volumes_helpers import wait_for
 
 from flow_sdk import FlowApp, TaskStatus, wire
 from flow_sdk.providers.local import LocalProvider
-from flow_sdk.volumes import VolumeInUseError, delete_volume, gc_mount_caches
+from flow_sdk.node.volumes.prepare import gc_mount_caches
+from flow_sdk.volumes import VolumeInUseError, delete_volume
 from flow_sdk.wire import Outcome, TaskRecord
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,9 @@ import pytest
 
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.spec import build_task_spec
-from flow_sdk.volumes import VolumeError, create_volume, prepare_volumes
-from flow_sdk.volumes.node import _covered_node_paths
+from flow_sdk.node.volumes.prepare import prepare_volumes
+from flow_sdk.volumes import VolumeError, create_volume
+from flow_sdk.node.volumes.prepare import _covered_node_paths
 
 
 def test_mapped_env_for_local_volumes_and_a_second_call_reuses_it(
@@ -56,8 +57,8 @@ def test_caches_of_ended_tasks_are_collected(flow_home: Path) -> None:
     import fcntl
 
     from flow_sdk import lifecycle, tasksecrets, wire
-    from flow_sdk.volumes import gc_mount_caches
-    from flow_sdk.volumes.s3mount import set_writable
+    from flow_sdk.node.volumes.prepare import gc_mount_caches
+    from flow_sdk.node.volumes.s3mount import set_writable
     from flow_sdk.wire import Outcome, signing
 
     provider = LocalProvider()

@@ -17,7 +17,7 @@ import pytest
 from volumes_helpers import BIG_KEY, MANY_KEYS, MIB, s3_client_for
 
 from flow_sdk.volumes import VolumeError
-from flow_sdk.volumes.s3mount import S3Location, materialize, plan_files
+from flow_sdk.node.volumes.s3mount import S3Location, materialize, plan_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_interrupted_cache_downloads_only_what_is_missing(s3_env: str, s3_data: 
 _MEASURE = """
 import json, sys, tracemalloc
 from pathlib import Path
-from flow_sdk.volumes.s3mount import materialize, s3_client
+from flow_sdk.node.volumes.s3mount import materialize, s3_client
 client = s3_client()
 client.list_buckets()  # load botocore's models before measuring
 tracemalloc.start()

@@ -33,7 +33,7 @@ from flow_sdk.node.rendezvous import Membership, discover, from_record, worker_e
 from flow_sdk.node.rendezvous.preflight import run_preflight
 from flow_sdk.node.rendezvous.store import FailureReport, NodeStore
 from flow_sdk.spec import TaskSpec
-from flow_sdk.volumes import prepare_volumes
+from flow_sdk.node.volumes.prepare import prepare_volumes
 from flow_sdk.wire.timeline import generation_phase
 from flow_sdk.wire import envvars
 

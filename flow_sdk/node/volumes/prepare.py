@@ -29,7 +29,7 @@ from flow_sdk.mountns import (
     enter_private_root,
     hidden_host_entries,
 )
-from flow_sdk.volumes.s3mount import materialize, set_writable
+from flow_sdk.node.volumes.s3mount import materialize, set_writable
 from flow_sdk.wire import envvars
 
 Mode = Literal["namespace", "mapped"]

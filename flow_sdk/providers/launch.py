@@ -16,7 +16,10 @@ before it can read that record is all here:
   Python ``major.minor``, which the node's interpreter must match;
 - the boot timeout (the agent must be up within it) and the runtime cap still left, from which
   each layer that starts nodes takes its backstop (``wire.runtimecap``): it holds even when no
-  agent runs.
+  agent runs;
+- what a bootstrap prepares before the agent runs: the container image to run it in, the
+  paths of the task's volumes and mounts (passed into that container), whether it needs the
+  GPUs, and the internode interconnect (EFA's environment on AWS).
 
 The wheels: a node runs the caller's own code, never what a package index serves under a name:
 the SDK's wheel (``sdkwheel.build``) and, for a provider plugged in from another distribution
@@ -63,6 +66,10 @@ class NodeLaunch:
     python: str  # the caller's major.minor
     boot_timeout_s: float
     max_run_time_hours: float | None  # what is left of the runtime cap when the node starts
+    image: str | None = None  # run the agent inside this container image
+    mount_paths: tuple[str, ...] = ()  # the task's volume and mount paths
+    gpus: bool = False  # the task asked for GPUs
+    interconnect: str | None = None  # the task's internode_interconnect, as it gave it
 
     @property
     def module(self) -> str:
@@ -103,7 +110,9 @@ def node_launch(request: LaunchRequest, wheels: tuple[ShippedWheel, ...] = (), *
     return NodeLaunch(request.boot, wheels,
                       wheels[0].python if wheels else sdkwheel.python_version(),
                       spec.boot_timeout_s, spec.max_run_time_hours
-                      if max_run_time_hours is None else max_run_time_hours)
+                      if max_run_time_hours is None else max_run_time_hours,
+                      image=spec.image, mount_paths=tuple(sorted([*spec.volumes, *spec.mounts])),
+                      gpus=spec.gpu is not None, interconnect=spec.internode_interconnect)
 
 
 def ship(store: ObjectStore, wheel: sdkwheel.Wheel) -> ShippedWheel:

@@ -32,6 +32,18 @@ def test_a_launch_carries_what_a_node_needs_before_it_reads_the_task_record() ->
     assert joining.max_run_time_hours == 0.5  # a node that joins later gets what is left
 
 
+def test_what_a_bootstrap_prepares_before_the_agent_comes_from_the_spec() -> None:
+    launch = node_launch(_request(image="nvcr.io/nvidia/pytorch:24.01-py3", gpu="a10g:1",
+                                  internode_interconnect="efa",
+                                  volumes={"/ckpt": {"name": "c", "size_gb": 10}},
+                                  mounts={"/data": "s3://bucket/prefix"}))
+    assert (launch.image, launch.gpus, launch.interconnect) == (
+        "nvcr.io/nvidia/pytorch:24.01-py3", True, "efa")
+    assert launch.mount_paths == ("/ckpt", "/data")
+    bare = node_launch(_request())
+    assert (bare.image, bare.gpus, bare.interconnect, bare.mount_paths) == (None, False, None, ())
+
+
 def test_the_secret_goes_to_the_boot_file_only() -> None:
     launch = node_launch(_request())
     assert BOOT.secret in launch.boot_text()

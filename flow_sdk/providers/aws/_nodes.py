@@ -172,10 +172,8 @@ class AwsNodes:
         inputs = _userdata.BootstrapInputs(  # the secret stays out: the nodes read it
             launch.boot_without_secret().with_provider_config(node_config), fetch,  # from SSM
             secret_parameter(f"s3://{bucket}/{cfg.prefix}", task_id),  # the store's tag
-            spec.image, spec.gpu is not None,
-            _userdata.interconnect_of(spec.internode_interconnect),
-            _userdata.mount_paths(spec.volumes, spec.mounts), launch.max_run_time_hours,
-            volume_mounts)
+            launch.image, launch.gpus, _userdata.interconnect_of(launch.interconnect),
+            launch.mount_paths, launch.max_run_time_hours, volume_mounts)
         return NodeBoot(task_id, region, attempt, spec, inputs, _userdata.render(inputs))
 
     # -- discovery --------------------------------------------------------------------------

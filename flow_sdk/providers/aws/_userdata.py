@@ -9,10 +9,8 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.wire import BootConfig, runtimecap
@@ -102,10 +100,6 @@ def render(inputs: BootstrapInputs) -> str:
                             "-byte user-data limit; shorten provider_config (prefix, "
                             "log_group_prefix) or the image name")
     return script
-
-
-def mount_paths(volumes: Mapping[str, Any], mounts: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(sorted([*volumes, *mounts]))
 
 
 def interconnect_of(value: str | None) -> str:

@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
 
         _lease.TTL_S, _lease.RENEW_S = SIM_LEASE_TTL_S, SIM_LEASE_TTL_S / 4
     if "rdzv_port" in plan:  # port-taken on local nodes: the port the harness holds
-        from flow_sdk import procs
+        from flow_sdk.system import procs
         from flow_sdk.providers.local import LocalProvider
 
         taken = int(plan["rdzv_port"])

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _allreduce import allreduce_job  # noqa: E402
 from launch import time_torchrun  # noqa: E402
 
-from flow_sdk import FlowApp, FlowError, Task, procs, wire  # noqa: E402
+from flow_sdk import FlowApp, FlowError, Task, wire  # noqa: E402
+from flow_sdk.system import procs
 from flow_sdk.client.pools import Pool, pool_up  # noqa: E402
 
 SETTLE_S = 5.0  # between simulated rounds: what the last one tore down stops first

@@ -27,7 +27,8 @@ import json
 import time
 from collections.abc import Collection
 
-from flow_sdk import poolfiles, tasksecrets, wire
+from flow_sdk import wire
+from flow_sdk.home import poolfiles, tasksecrets
 from flow_sdk.errors import RecordError, SignatureError
 from flow_sdk.wire import LaunchLease, Outcome, TaskRecord, TaskStatus, runtimecap
 from flow_sdk.providers.base import GcReport, ObjectStore, Provider

@@ -89,7 +89,7 @@ def loads(data: bytes) -> Any:
 CodeOrigins = dict[tuple[str, int], str]
 """(function name, first line) -> the file on the caller's machine, for every code object a
 call ships by value. Newer cloudpickle releases rename those files ``<dynamic-code>``; this is
-how a remote traceback still names the caller's file (``flow_sdk.tracebacks``)."""
+how a remote traceback still names the caller's file (``flow_sdk.wire.tracebacks``)."""
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from flow_sdk import procs
-from flow_sdk.procs import pids_with_env
+from flow_sdk.system import procs
+from flow_sdk.system.procs import pids_with_env
 from flow_sdk.providers.local import LocalProvider
 
 

@@ -228,7 +228,7 @@ def test_node_code_that_reaches_the_local_provider_breaks_the_contract(
     ("wire/boot.py", "import flow_sdk.spec", "flow_sdk.wire.boot -> flow_sdk.spec"),
     ("wire/records.py", "import pydantic", "flow_sdk.wire.records -> pydantic"),
     # indirect: the one flow_sdk module the wire may import, importing another
-    ("errors.py", "import flow_sdk.procs", "flow_sdk.errors -> flow_sdk.procs"),
+    ("errors.py", "import flow_sdk.system.procs", "flow_sdk.errors -> flow_sdk.system.procs"),
 ])
 def test_a_wire_import_beyond_the_stdlib_and_errors_breaks_its_contract(
         tmp_path: Path, clean_lint: Lint, module: str, line: str, chain: str) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from flow_testing import agent_pid, wait_until
 
-from flow_sdk import FlowApp, TaskStatus, lifecycle, tasksecrets, wire
+from flow_sdk import FlowApp, TaskStatus, lifecycle, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.wire import signing
 from flow_sdk.errors import TaskFailedError
 from flow_sdk.wire import Outcome

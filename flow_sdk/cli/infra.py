@@ -25,7 +25,7 @@ from flow_sdk.errors import (
 from flow_sdk.providers import attach_provider, available_providers
 from flow_sdk.spec import TaskSpec, build_task_spec
 from flow_sdk.client.records import list_client_records
-from flow_sdk.poolfiles import list_pool_files
+from flow_sdk.home.poolfiles import list_pool_files
 
 
 @main.command()

@@ -12,7 +12,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from flow_sdk import lifecycle, payload, sdkwheel, tasksecrets, wire
+from flow_sdk import lifecycle, payload, wire
+from flow_sdk.providers import sdkwheel
+from flow_sdk.home import tasksecrets
 from flow_sdk.client import pools, pooltasks, progress, script_imports, scripts
 from flow_sdk.errors import FieldProblem, FlowError, LaunchWarning, ProviderError, ValidationError
 from flow_sdk.wire import signing

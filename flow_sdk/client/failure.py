@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flow_sdk import payload, tracebacks, wire
+from flow_sdk import payload, wire
+from flow_sdk.wire import tracebacks
 from flow_sdk.client.tasklogs import shown, shown_lines
 from flow_sdk.errors import (
     RemoteTraceback,

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from flow_sdk import poolfiles, sdkwheel, tasksecrets
+from flow_sdk.home import poolfiles, tasksecrets
+from flow_sdk.providers import sdkwheel
 from flow_sdk.client.records import list_client_records
 from flow_sdk.client.task import Task
 from flow_sdk.errors import (

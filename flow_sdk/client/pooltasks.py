@@ -15,7 +15,9 @@ import shlex
 import time
 from typing import Any
 
-from flow_sdk import payload, poolfiles, sdkwheel, tasksecrets, wire
+from flow_sdk import payload, wire
+from flow_sdk.home import poolfiles, tasksecrets
+from flow_sdk.providers import sdkwheel
 from flow_sdk.client.pools import Pool, pool_spec, sdk_digest, start_pool
 from flow_sdk.client.records import save_client_record
 from flow_sdk.client.task import Task

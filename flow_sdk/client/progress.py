@@ -10,12 +10,11 @@ through the ``Task`` handle's status, node and log APIs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import io
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TextIO
 

@@ -5,7 +5,7 @@ node's agent answers within a second or two with one dump per worker. Once it en
 stacks taken while it ran (a stall's, or ones asked for) are what it shows: they stay in the
 task's store, sealed with its secret, until its records are collected. The result names the
 ranks whose stacks stand apart from the rest (``wire.stacks.odd_ranks``) and renders as a
-traceback does (``flow_sdk.tracebacks``).
+traceback does (``flow_sdk.wire.tracebacks``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Protocol
 
 from flow_sdk.errors import RecordError, SignatureError, TaskError
 from flow_sdk.spec import TaskSpec
-from flow_sdk.tracebacks import render_stacks, stack_text
+from flow_sdk.wire.tracebacks import render_stacks, stack_text
 from flow_sdk.wire import TaskStatus
 from flow_sdk.wire.signing import SignedStore
 from flow_sdk.wire.stacks import (

@@ -7,7 +7,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
-from flow_sdk import lifecycle, payload, tasksecrets, wire
+from flow_sdk import lifecycle, payload, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.wire import signing
 from flow_sdk.client import capguard
 from flow_sdk.client import ssh as _ssh

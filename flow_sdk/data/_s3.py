@@ -29,7 +29,7 @@ import httpx
 from flow_sdk.aws_clients import default_region
 from flow_sdk.data._errors import DataSourceError, MissingDependencyError
 from flow_sdk.errors import install_hint
-from flow_sdk.s3uri import S3UriError, split_s3_uri
+from flow_sdk.spec.s3uri import S3UriError, split_s3_uri
 
 DEFAULT_READ_AHEAD = 8
 DEFAULT_READ_AHEAD_BYTES = 256 << 20

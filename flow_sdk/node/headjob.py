@@ -48,7 +48,7 @@ from flow_sdk import payload
 from flow_sdk.node import current
 from flow_sdk.wire import signing
 from flow_sdk.errors import FlowError
-from flow_sdk.procs import free_port
+from flow_sdk.system.procs import free_port
 from flow_sdk.wire import envvars
 
 CONNECT_TIMEOUT_S = 600.0  # how long a worker keeps trying to reach the head

@@ -39,7 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from flow_sdk import sdkwheel, wire
+from flow_sdk import wire
+from flow_sdk.providers import sdkwheel
 from flow_sdk.providers import plugin_source
 from flow_sdk.providers.base import LaunchRequest, ObjectStore
 from flow_sdk.wire import BootConfig, envvars

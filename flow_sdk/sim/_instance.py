@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 
 from flow_sdk.aws_clients import make_client
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.errors import ProviderError
 from flow_sdk.sim._imds import ImdsEmulator
 from flow_sdk.sim._rolecreds import RoleCredentials

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_sdk.errors import ProviderError
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.providers.aws import NodeBoot
 from flow_sdk.sim._access import read_keys
 from flow_sdk.sim._instance import (

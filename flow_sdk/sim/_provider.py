@@ -26,11 +26,11 @@ from typing import Any, ClassVar
 
 import boto3
 
-from flow_sdk import sdkwheel
+from flow_sdk.providers import sdkwheel
 from flow_sdk._config import flow_home
 from flow_sdk.aws_clients import make_client
 from flow_sdk.errors import FieldProblem, ProviderError, ServiceNotRunningError
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.providers.aws import AwsConfig, AwsProvider
 from flow_sdk.providers.base import GcReport, SshEndpoint
 from flow_sdk.sim._access import KEYS_FILE, AccountKeys, read_keys

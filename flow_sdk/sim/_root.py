@@ -2,7 +2,7 @@
 its own: ``python -m flow_sdk.sim._root <instance.json>`` (started by
 ``_instance``).
 
-The namespace shows the host's files (``flow_sdk.mountns``) except the node's own state:
+The namespace shows the host's files (``flow_sdk.system.mountns``) except the node's own state:
 ``/var/lib/flow``, ``/opt/flow``, the control directory the ``shutdown`` shim writes to,
 ``/dev/disk`` (where its EBS volumes appear), and one empty directory per task mount path,
 each a directory of this instance's; ``/opt/flow/envs``, the SDK environments by wheel
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from flow_sdk.mountns import Bind, bind_file, enter_private_root
+from flow_sdk.system.mountns import Bind, bind_file, enter_private_root
 from flow_sdk.sim._instance import CONTROL_DIR, InstanceSpec
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.sim import _access, _gaps
 from flow_sdk.sim._server import CLOUD_DIR, ServerState, clear_state, locked, write_state
 from flow_sdk.wire import envvars

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from flow_sdk.errors import ProviderError, install_hint
-from flow_sdk import procs
+from flow_sdk.system import procs
 
 STATE_FILE = "server.json"
 CLOUD_DIR = "cloud"  # the simulate root: instance records, node directories, EFS, EBS

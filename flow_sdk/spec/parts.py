@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from flow_sdk.catalog import GPU_MODELS, INTRANODE_INTERCONNECTS, find_gpu_model
-from flow_sdk.s3uri import BUCKET_RE, S3UriError, split_s3_uri
+from flow_sdk.spec.s3uri import BUCKET_RE, S3UriError, split_s3_uri
 
 MAX_GPUS_PER_NODE = 16
 ANY_GPU_MODEL = "any"  # a model-less request: whatever GPUs the local machine has

@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from flow_sdk import TaskStatus, lifecycle, tasksecrets, wire
+from flow_sdk import TaskStatus, lifecycle, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.client.records import list_client_records
 from flow_sdk.client.task import Task
 from flow_sdk.errors import FlowError, ProviderError, ValidationError

@@ -18,7 +18,7 @@ def payload_key(digest: str, pool_id: str = "") -> str:
 
 
 def code_key(sha256: str) -> str:
-    """The caller's SDK wheel (``flow_sdk.sdkwheel``), content-addressed by its SHA-256."""
+    """The caller's SDK wheel (``flow_sdk.providers.sdkwheel``), content-addressed by its SHA-256."""
     return f"code/{sha256}.whl"
 
 

@@ -4,7 +4,7 @@ The client makes one secret per task (:func:`new_secret`). It never enters the o
 a node's user-data: on AWS a node reads it from an SSM SecureString parameter only that task's
 node role may read (``flow_sdk.providers.aws._tasksecret``), a local node reads it from a 0600
 boot file, and the client keeps it in a 0600 file under the flow data directory
-(``flow_sdk.tasksecrets``), so ``Task.from_id`` in another process of the same user can check
+(``flow_sdk.home.tasksecrets``), so ``Task.from_id`` in another process of the same user can check
 what it reads. A pool's secret travels and is kept the same way.
 
 The secret itself keys nothing. Each use gets its own key, derived from it with HKDF-SHA256

@@ -6,7 +6,7 @@ A request (``StacksRequest``, numbered from 1, claimed with ``put_if_absent``) i
 one ``StackDump`` per worker (Python's ``faulthandler`` text of every thread and its frames as
 data, py-spy's native frames where installed). A ``StallRecord`` says what the leader saw and
 did. The dumps stay in the task's store, sealed, after the task ends: ``flow stacks`` shows an
-ended task's last ones. ``flow_sdk.tracebacks`` renders them, as it renders a traceback.
+ended task's last ones. ``flow_sdk.wire.tracebacks`` renders them, as it renders a traceback.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class StackDump:
     how: str  # "faulthandler", "faulthandler+py-spy", or why there is no dump
     # The dump's threads, Python's main thread first, each a list of frames outermost first:
     # [file (the caller's, for code shipped by value), line, function, source line on the
-    # node, whether the frame is the SDK's own] (``flow_sdk.tracebacks`` renders them).
+    # node, whether the frame is the SDK's own] (``flow_sdk.wire.tracebacks`` renders them).
     threads: list[list[list[Any]]] = field(default_factory=list)
     native: str = ""  # py-spy's native frames, where it is installed
 

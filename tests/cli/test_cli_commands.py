@@ -256,7 +256,8 @@ def test_gc_stops_orphaned_and_ended_tasks_only(flow_home: Path, tmp_path: Path)
 
 
 def test_gc_older_than_removes_finished_tasks_objects_only(flow_home: Path) -> None:
-    from flow_sdk import lifecycle, tasksecrets, wire
+    from flow_sdk import lifecycle, wire
+    from flow_sdk.home import tasksecrets
     from flow_sdk.wire import Outcome, signing
     from flow_sdk.providers.local import LocalProvider
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import flow_sdk
-from flow_sdk import sdkwheel
+from flow_sdk.providers import sdkwheel
 from flow_sdk.client import ssh
 from flow_sdk.errors import SshError, install_hint
 
@@ -37,7 +37,7 @@ def _hint_calls() -> list[tuple[str, list[str]]]:
                 module = str(path.relative_to(PACKAGE))
                 # computed names: a requirement from the SDK's own metadata, or a provider's
                 # entry in its _PACKAGES table (checked below)
-                assert not dynamic or module in ("sdkwheel.py", "providers/__init__.py"), \
+                assert not dynamic or module in ("providers/sdkwheel.py", "providers/__init__.py"), \
                     (module, ast.dump(node))
                 calls.append((module, names))
     return calls
@@ -52,7 +52,7 @@ def test_every_install_line_is_rendered_by_the_one_helper() -> None:
     modules = {module for module, _ in _hint_calls()}
     assert modules == {"client/ssh.py", "cli/infra.py", "data/_torch.py", "data/_s3.py",
                        "data/_xgboost.py", "node/volumes/s3mount.py", "providers/__init__.py",
-                       "sdkwheel.py", "sim/_server.py", "client/dashboard/deps.py",
+                       "providers/sdkwheel.py", "sim/_server.py", "client/dashboard/deps.py",
                        "testing/__main__.py"}
 
 

@@ -33,7 +33,8 @@ def test_local_nodes_cost_nothing() -> None:
 
 
 def test_task_cost_reads_the_launch_record_with_a_fake_clock(flow_home) -> None:
-    from flow_sdk import tasksecrets, wire
+    from flow_sdk import wire
+    from flow_sdk.home import tasksecrets
     from flow_sdk.wire import signing
     from flow_sdk.wire import Outcome
     from flow_sdk.providers.local import LocalProvider

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from flow_testing import processes_with_env, wait_until
 
-from flow_sdk import lifecycle, poolfiles
+from flow_sdk import lifecycle
+from flow_sdk.home import poolfiles
 from flow_sdk.testing import ProviderUnderTest
 
 # Runs ``pool_up`` and dies (os._exit: no cleanup runs) as soon as the provider has started

@@ -19,7 +19,8 @@ import pytest
 from flow_testing import agent_pid, processes_with_env, wait_until, worker_pids
 from flow_sdk import FlowApp, PayloadError, Task, TaskFailedError, TaskStatus, TaskTimedOutError
 from flow_sdk import payload as flow_payload
-from flow_sdk import tasksecrets, wire
+from flow_sdk import wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.providers.local import LocalProvider
 from flow_sdk.node.rendezvous.kvstore import KVClient
 

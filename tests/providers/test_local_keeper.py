@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flow_testing import wait_until
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.providers.local import _keeper
 from flow_sdk.wire import envvars
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from flow_sdk import sdkwheel
+from flow_sdk.providers import sdkwheel
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.launch import ShippedWheel, node_launch
 from flow_sdk.spec import build_task_spec

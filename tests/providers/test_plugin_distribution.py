@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import sdkwheel
+from flow_sdk.providers import sdkwheel
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin_provider"
 CONTRACT_TESTS = 8  # the shipped suite's that apply (it adds no nodes, has no volumes)

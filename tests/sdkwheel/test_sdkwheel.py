@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import sdkwheel
+from flow_sdk.providers import sdkwheel
 from flow_sdk.errors import PayloadError
-from flow_sdk.sdkwheel import CodeIntegrityError
+from flow_sdk.providers.sdkwheel import CodeIntegrityError
 
 
 def _tree(root: Path) -> Path:

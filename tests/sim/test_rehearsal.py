@@ -18,7 +18,7 @@ import pytest
 from flow_testing import wait_until
 from test_readme_blocks import REHEARSAL, readme_blocks
 
-from flow_sdk.procs import is_alive
+from flow_sdk.system.procs import is_alive
 from flow_sdk.sim._server import read_state
 
 pytestmark = pytest.mark.slow

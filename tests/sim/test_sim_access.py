@@ -27,7 +27,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from flow_testing import wait_until
 
-from flow_sdk.procs import pids_with_env
+from flow_sdk.system.procs import pids_with_env
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.aws._iam import TaskAccess, create_task_role, role_name
 from flow_sdk.providers.aws._tasksecret import put_task_secret

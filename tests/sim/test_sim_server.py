@@ -16,7 +16,7 @@ from flow_testing import wait_until
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers import get_provider
-from flow_sdk.procs import is_alive
+from flow_sdk.system.procs import is_alive
 from flow_sdk.sim import AwsSimProvider, sim_home
 from flow_sdk.sim._server import ServerState, ensure_server, read_state
 from flow_sdk.spec import build_task_spec

@@ -15,7 +15,8 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from flow_sdk import payload, tracebacks
+from flow_sdk import payload
+from flow_sdk.wire import tracebacks
 from flow_sdk.wire.stacks import StackDump, threads
 
 

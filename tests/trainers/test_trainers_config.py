@@ -16,7 +16,7 @@ from trainers_helpers import FEATURES, LABEL, regression_table
 
 from flow_sdk import ValidationError
 from flow_sdk.data import ColumnNotFoundError, DataConnector
-from flow_sdk.procs import free_port
+from flow_sdk.system.procs import free_port
 from flow_sdk.trainers import (
     PyTorchDistributor,
     PyTorchScalingConfig,

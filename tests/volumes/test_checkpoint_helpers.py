@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flow_sdk import current
+from flow_sdk.wire import envvars
 from flow_sdk.volumes import (
     ReadOnlyMountError,
     checkpoint_step,
@@ -30,6 +31,8 @@ def mounts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
              "/data": {"path": str(tmp_path / "cache"), "read_only": True,
                        "source": "s3://bucket/prefix"}}
     monkeypatch.setenv("FLOW_MOUNTS", json.dumps(table))
+    for rank in ("RANK", envvars.NODE_RANK):  # rank 0, the one that writes
+        monkeypatch.delenv(rank, raising=False)
     return volume
 
 

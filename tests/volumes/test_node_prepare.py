@@ -56,7 +56,8 @@ def test_a_mount_over_what_the_node_runs_from_is_never_literal(tmp_path: Path) -
 def test_caches_of_ended_tasks_are_collected(flow_home: Path) -> None:
     import fcntl
 
-    from flow_sdk import lifecycle, tasksecrets, wire
+    from flow_sdk import lifecycle, wire
+    from flow_sdk.home import tasksecrets
     from flow_sdk.node.volumes.prepare import gc_mount_caches
     from flow_sdk.node.volumes.s3mount import set_writable
     from flow_sdk.wire import Outcome, signing

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk.mountns import hidden_host_entries, needed_tree
+from flow_sdk.system.mountns import hidden_host_entries, needed_tree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def test_needed_tree_and_hidden_host_entries(tmp_path: Path) -> None:
 _CHILD = """
 import os, sys
 from pathlib import Path
-from flow_sdk.mountns import Bind, enter_private_root
+from flow_sdk.system.mountns import Bind, enter_private_root
 volume, cache, staging = map(Path, sys.argv[1:4])
 enter_private_root([Bind("/flow-test-shared/ckpt", volume, False),
                     Bind("/flow-test-data", cache, True)], staging)

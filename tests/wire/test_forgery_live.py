@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from flow_testing import agent_pid, process_traces, wait_until
-from flow_sdk import FlowApp, payload, tasksecrets, wire
-from flow_sdk.procs import pids_with_env
+from flow_sdk import FlowApp, payload, wire
+from flow_sdk.home import tasksecrets
+from flow_sdk.system.procs import pids_with_env
 from flow_sdk.wire import signing
 from flow_sdk.errors import SignatureError
 from flow_sdk.wire import BootConfig, TaskRecord, TaskStatus

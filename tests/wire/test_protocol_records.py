@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import tasksecrets, wire
+from flow_sdk import wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.wire import signing
 from flow_sdk.errors import FlowError, RecordError
 from flow_sdk.wire import (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk import tasksecrets
+from flow_sdk.home import tasksecrets
 from flow_sdk._config import flow_home
 from flow_sdk.node import headjob
 from flow_sdk.node.rendezvous import kvwire

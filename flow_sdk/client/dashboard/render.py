@@ -12,7 +12,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from flow_sdk.tracebacks import stack_text
+from flow_sdk.wire.tracebacks import stack_text
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.stall import RankProgress
 from flow_sdk.node.agent.worker import failure_facts_path

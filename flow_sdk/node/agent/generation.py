@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.node import headjob
 from flow_sdk.node.collectives import collective_env
 from flow_sdk.node.agent import clock

@@ -21,7 +21,8 @@ import traceback
 from pathlib import Path
 from types import FrameType
 
-from flow_sdk import sdkwheel, wire
+from flow_sdk import wire
+from flow_sdk.providers import sdkwheel
 from flow_sdk.wire import signing
 from flow_sdk.node.agent import clock
 from flow_sdk.node.agent.context import NodeContext
@@ -38,7 +39,7 @@ from flow_sdk.errors import SignatureError
 from flow_sdk.wire import BootConfig, NodePhase, TaskRecord, take_node_boot
 from flow_sdk.wire.pools import pool_of_task
 from flow_sdk.providers import get_provider
-from flow_sdk.sdkwheel import PythonMismatchError
+from flow_sdk.providers.sdkwheel import PythonMismatchError
 from flow_sdk.spec import TaskSpec
 from flow_sdk.wire import envvars, runtimecap
 

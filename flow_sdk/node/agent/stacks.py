@@ -5,7 +5,7 @@ stacks file at start-up; the agent empties the file, sends the signal and reads 
 wrote. A worker that cannot answer (stopped by SIGSTOP, gone) is named with why. Where py-spy
 is installed, its native frames are added. The frames are kept as data too, each in the
 caller's file (the worker noted where its call's code came from beside its stacks file) with
-this node's source line, for ``flow_sdk.tracebacks`` to render as it renders a traceback.
+this node's source line, for ``flow_sdk.wire.tracebacks`` to render as it renders a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from flow_sdk import procs, tracebacks
+from flow_sdk.system import procs
+from flow_sdk.wire import tracebacks
 from flow_sdk.errors import FlowError
 from flow_sdk.node.agent.worker import ORIGINS_SUFFIX, STACKS_SIGNAL
 from flow_sdk.node.agent.workers import WorkerGroup

@@ -28,7 +28,7 @@ from flow_sdk.node.agent.workers import WorkerGroup
 from flow_sdk.node.rendezvous import Membership
 from flow_sdk.node.rendezvous.store import FailureReport, NodeStore
 from flow_sdk.spec import TaskSpec
-from flow_sdk.tracebacks import innermost, render_stacks
+from flow_sdk.wire.tracebacks import innermost, render_stacks
 from flow_sdk.wire import TaskStatus
 from flow_sdk.wire.stacks import (
     StackDump,

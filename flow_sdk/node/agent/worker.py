@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from flow_sdk import payload, tracebacks
+from flow_sdk import payload
+from flow_sdk.wire import tracebacks
 from flow_sdk.errors import PayloadError
 from flow_sdk.node import collectives, headjob
 from flow_sdk.payload import Call, CodeOrigins

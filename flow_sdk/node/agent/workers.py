@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow_sdk import procs, wire
+from flow_sdk import wire
+from flow_sdk.system import procs
 from flow_sdk.node.agent import spawn as _spawn
 from flow_sdk.node.agent.worker import CALL_CODE_FILE
 from flow_sdk.providers.base import LogRecord, LogStore

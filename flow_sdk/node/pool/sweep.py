@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 
 _PR_SET_CHILD_SUBREAPER = 36
 SWEEP_WAIT_S = 10.0

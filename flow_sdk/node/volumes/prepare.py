@@ -23,7 +23,7 @@ from flow_sdk import lifecycle
 from flow_sdk.errors import VolumeError
 from flow_sdk.providers.base import NodeMount, Provider
 from flow_sdk.spec import TaskSpec
-from flow_sdk.mountns import (
+from flow_sdk.system.mountns import (
     Bind,
     NamespaceUnavailable,
     enter_private_root,

@@ -37,7 +37,7 @@ from typing import Any
 
 from flow_sdk.aws_clients import make_client
 from flow_sdk.errors import VolumeError, install_hint
-from flow_sdk.s3uri import S3UriError, folder_prefix, split_s3_uri
+from flow_sdk.spec.s3uri import S3UriError, folder_prefix, split_s3_uri
 
 CHUNK_BYTES = 1024 * 1024
 DOWNLOAD_THREADS = 8

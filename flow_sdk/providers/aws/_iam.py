@@ -59,7 +59,7 @@ from flow_sdk import wire
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.aws._clients import error_code, error_message, tolerating
 from flow_sdk.providers.aws._resources import NODE_ROLE, TAG_STORE, TAG_TASK
-from flow_sdk.s3uri import folder_prefix, split_s3_uri
+from flow_sdk.spec.s3uri import folder_prefix, split_s3_uri
 
 TASK_POLICY_NAME = "flow-sdk-task"
 ROLE_NAME_PREFIX = "flow-task-"

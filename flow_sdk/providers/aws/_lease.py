@@ -18,7 +18,8 @@ import time
 
 from botocore.exceptions import BotoCoreError
 
-from flow_sdk import tasksecrets, wire
+from flow_sdk import wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.errors import ProviderError
 from flow_sdk.wire import LaunchLease, signing
 from flow_sdk.providers.base import ObjectStore

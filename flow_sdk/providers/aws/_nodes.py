@@ -15,7 +15,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from flow_sdk import sdkwheel, wire
+from flow_sdk import wire
+from flow_sdk.providers import sdkwheel
 from flow_sdk.errors import ProviderError
 from flow_sdk.wire import TaskRecord
 from flow_sdk.providers.aws import _userdata

@@ -26,7 +26,8 @@ from flow_sdk.catalog import (
     UnknownRegionError,
     plan_offers,
 )
-from flow_sdk import sdkwheel, wire
+from flow_sdk import wire
+from flow_sdk.providers import sdkwheel
 from flow_sdk.errors import FieldProblem, ProviderError, VolumeError
 from flow_sdk.providers.aws import _gang, _gc, _replace, _ssh, _teardown
 from flow_sdk.providers.aws._clients import Clients

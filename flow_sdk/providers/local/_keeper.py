@@ -17,7 +17,7 @@ it). The keeper:
   the agent still there — frozen, or stuck past its own cap — it stops every process of the
   node, so a cap holds even when no agent can enforce it.
 
-Only the standard library may be imported here. Run by path, it loads ``flow_sdk/procs.py`` and
+Only the standard library may be imported here. Run by path, it loads ``flow_sdk/system/procs.py`` and
 ``flow_sdk/wire/envvars.py`` (standard library only too) by their paths, without importing the
 ``flow_sdk`` package.
 """
@@ -54,7 +54,7 @@ def _sibling(name: str) -> ModuleType:
     return module
 
 
-procs = _sibling("procs")
+procs = _sibling("system.procs")
 envvars = _sibling("wire.envvars")  # the FLOW_* variables the keeper reads
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.providers.launch import NodeLaunch
 from flow_sdk.providers.local import _keeper
 from flow_sdk.wire import envvars, runtimecap

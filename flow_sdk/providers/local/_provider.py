@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from flow_sdk import procs, wire
+from flow_sdk import wire
+from flow_sdk.system import procs
 from flow_sdk._config import flow_home
 from flow_sdk.catalog import CatalogError, gpu_count_problem
 from flow_sdk.errors import FieldProblem, ProviderError

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk.providers.local import _session
 
 SSHD_SEARCH = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd", "/usr/bin/sshd")

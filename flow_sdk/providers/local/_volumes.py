@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from flow_sdk import tasksecrets, wire
+from flow_sdk import wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.errors import RecordError, SignatureError, VolumeError, VolumeInUseError
 from flow_sdk.wire import TaskRecord, signing
 from flow_sdk.providers.base import Log, NodeMount, Provider, VolumeInfo, Volumes

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from flow_sdk import sdkwheel
+from flow_sdk.providers import sdkwheel
 from flow_sdk.cli._options import _volumes
 from flow_sdk.cli.pools import pool_up_command
 from flow_sdk.client.pools import POOL_APP, new_pool_id, sdk_digest

@@ -24,7 +24,8 @@ import pytest
 from flow_testing import wait_until
 from seeded_ddp import train
 
-from flow_sdk import FlowApp, procs, wire
+from flow_sdk import FlowApp, wire
+from flow_sdk.system import procs
 from flow_sdk.client.pools import Pool, pool_up
 from flow_sdk.errors import PoolMismatchError
 from flow_sdk.wire import signing

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flow_sdk import FlowApp
-from flow_sdk.procs import free_port
+from flow_sdk.system.procs import free_port
 from flow_sdk.node.rendezvous.env import TORCHRUN_DIFFERENCES
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from flow_sdk import FlowApp, current
-from flow_sdk.procs import free_port
+from flow_sdk.system.procs import free_port
 
 app = FlowApp("metaflow-style")
 

@@ -3,6 +3,7 @@ worker's failure raised at the head, and torchrun's variables for a call's layou
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import socket
@@ -18,11 +19,23 @@ from flow_sdk import payload
 from flow_sdk.node import headjob
 from flow_sdk.node.agent import worker
 from flow_sdk.errors import ValidationError
-from flow_sdk.procs import free_port
+from flow_sdk.system.procs import free_port
 from flow_sdk.spec import build_task_spec
 from flow_sdk.wire import envvars
 
 KEY = secrets.token_bytes(32)
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """The ranks here are threads of this process (on a node each is a process of its own),
+    and a call sets torchrun's variables in the one ``os.environ`` while it runs: calls on
+    two threads at once can leave one's RANK behind, which would then make a later test in
+    this runner a rank other than 0. Put the environment back as it was."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def _serve_as(port: int, rank: int) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from flow_testing import wait_until
 
-from flow_sdk import FlowApp, procs, wire
+from flow_sdk import FlowApp, wire
+from flow_sdk.system import procs
 from flow_sdk.client.pools import pool_up
 from flow_sdk.node.pool.daemon import LINGER_S, OUTCOME_CHECK_S
 from flow_sdk.wire import Outcome

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from flow_testing import wait_until
 
-from flow_sdk import FlowApp, procs
+from flow_sdk import FlowApp
+from flow_sdk.system import procs
 from flow_sdk.client.pools import pool_up
 from flow_sdk.node.pool.sweep import CGROUP_PREFIX, own_cgroup_dir
 
@@ -108,7 +109,8 @@ def test_a_leftover_that_claims_another_nodes_identity_is_killed_before_the_next
 _DAEMON = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
-from flow_sdk import procs
+
+from flow_sdk.system import procs
 from flow_sdk.node.pool.sweep import Own, become_subreaper, sweep
 
 assert become_subreaper()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from flow_testing import agent_pid, wait_until
-from flow_sdk import FlowApp, Task, TaskStatus, tasksecrets, wire
+from flow_sdk import FlowApp, Task, TaskStatus, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.node.rendezvous import kvwire
 from flow_sdk.node.rendezvous.kvstore import KVClient
 from flow_sdk.node.rendezvous.store import FailureReport

@@ -39,13 +39,14 @@ from moto.s3.models import s3_backends
 from moto.s3.responses import S3Response
 from werkzeug.exceptions import HTTPException
 
-from flow_sdk import sdkwheel, wire
+from flow_sdk import wire
+from flow_sdk.providers import sdkwheel
 from flow_sdk.wire import BootConfig, TaskRecord, signing
 from flow_sdk.providers.aws import AwsProvider, _userdata
 from flow_sdk.providers.aws._config import DLAMI_PARAMETER
 from flow_sdk.providers.aws._resources import TAG_ATTEMPT, tag_value
 from flow_sdk.providers.base import Instance, LaunchRequest
-from flow_sdk.procs import is_alive as process_alive
+from flow_sdk.system.procs import is_alive as process_alive
 from flow_sdk.sim import AwsSimProvider, NodeSettings, SimulatedNodes, instance_pids
 from flow_sdk.sim._gaps import ACTIONS, PLACEMENT_GROUPS, profile_for_every_instance
 from flow_sdk.spec import TaskSpec, build_task_spec

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from aws_moto_world import NODE_CODE
 
-from flow_sdk import sdkwheel
+from flow_sdk.providers import sdkwheel
 from flow_sdk.providers.aws import _userdata
 from flow_sdk.wire import BootConfig
-from flow_sdk.procs import pids_with_env, stop_pids
+from flow_sdk.system.procs import pids_with_env, stop_pids
 
 
 def _script(**code: str) -> str:

@@ -28,7 +28,8 @@ from aws_moto_world import (
 )
 from flow_testing import wait_until
 
-from flow_sdk import FlowApp, TaskStatus, lifecycle, tasksecrets, wire
+from flow_sdk import FlowApp, TaskStatus, lifecycle, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.wire import signing
 from flow_sdk.errors import ProviderError
 from flow_sdk.wire import Outcome, TaskRecord

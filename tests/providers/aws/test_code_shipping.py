@@ -7,7 +7,8 @@ import hashlib
 import pytest
 from aws_moto_world import BUCKET, AwsWorld, Recorder, boot_of, launch, spec
 
-from flow_sdk import FlowApp, ValidationError, sdkwheel, wire
+from flow_sdk import FlowApp, ValidationError, wire
+from flow_sdk.providers import sdkwheel
 from flow_sdk.errors import LaunchWarning, ProviderError
 from flow_sdk.providers.aws._config import DLAMI_PYTHON, AwsConfig
 

@@ -14,7 +14,8 @@ from aws_moto_world import TEST_SECRET, AwsWorld, launch_ids, spec
 from click.testing import CliRunner
 from flow_testing import wait_until
 
-from flow_sdk import FlowApp, TaskStatus, lifecycle, tasksecrets, wire
+from flow_sdk import FlowApp, TaskStatus, lifecycle, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk._config import flow_home
 from flow_sdk.cli import main
 from flow_sdk.client.pools import pool_up

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from aws_moto_world import TEST_SECRET, AwsWorld, Ec2Faults, launch, placement_groups, spec
 
-from flow_sdk import lifecycle, tasksecrets, wire
+from flow_sdk import lifecycle, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk._config import flow_home
 from flow_sdk.errors import CapacityError
 from flow_sdk.wire import LaunchLease, signing

@@ -20,7 +20,8 @@ import pytest
 from aws_moto_world import BUCKET, AwsWorld, live_pids
 from flow_testing import results_or_cancel, wait_until
 
-from flow_sdk import FlowApp, TaskFailedError, TaskStatus, ValidationError, sdkwheel
+from flow_sdk import FlowApp, TaskFailedError, TaskStatus, ValidationError
+from flow_sdk.providers import sdkwheel
 from flow_sdk.errors import ProviderError
 from flow_sdk.sim import AwsSimProvider
 from flow_sdk.wire import envvars
@@ -45,7 +46,7 @@ def _whoami(n: int) -> dict[str, Any]:
     import os
 
     import flow_sdk
-    from flow_sdk import sdkwheel
+    from flow_sdk.providers import sdkwheel
 
     h = hashlib.sha256()
     for name, data in sdkwheel.package_files(sdkwheel.package_dir()):

@@ -27,7 +27,8 @@ from aws_moto_world import BUCKET, AwsWorld, Wire, agent_pid, live_pids
 from flow_testing import process_traces, results_or_cancel, wait_until
 from moto.ec2.responses.instances import InstanceResponse
 
-from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, tasksecrets, wire
+from flow_sdk import FlowApp, Task, TaskFailedError, TaskStatus, wire
+from flow_sdk.home import tasksecrets
 from flow_sdk.providers.aws._iam import role_path
 from flow_sdk.wire import LaunchRecord
 from flow_sdk.sim import AwsSimProvider, SimulatedNodes

@@ -66,7 +66,7 @@ _CAUSE = "\nThe above exception was the direct cause of the following exception:
 _CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 HEAD = "Traceback (most recent call last):\n"
 CHAIN_LINES = ("", _CAUSE.strip(), _CONTEXT.strip())  # what joins the tracebacks of a chain
-_SDK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # flow_sdk/
 _RUNPY = ("<frozen runpy>", os.path.join("", "runpy.py"))
 
 

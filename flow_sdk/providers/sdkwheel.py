@@ -85,9 +85,9 @@ def python_version() -> str:
 
 
 def package_dir() -> Path:
-    """The directory of the installed ``flow_sdk`` package this process runs (this module's
-    own package)."""
-    return Path(__file__).resolve().parent
+    """The directory of the installed ``flow_sdk`` package this process runs (the package
+    this module is part of)."""
+    return Path(__file__).resolve().parents[1]
 
 
 def package_files(root: Path, package: str = PACKAGE) -> list[tuple[str, bytes]]:

@@ -2,7 +2,7 @@
 ``$FLOW_HOME/pools/`` (name, pool id, provider and its config, and the process that ran
 ``pool up`` while it runs), so ``flow pool list``, a later ``@app.function(pool=...)`` and
 ``flow gc`` find them from any process of the same user. The pool's secret is kept beside the
-task secrets (``flow_sdk.tasksecrets``, under the pool's id)."""
+task secrets (``flow_sdk.home.tasksecrets``, under the pool's id)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from flow_sdk import procs
+from flow_sdk.system import procs
 from flow_sdk._config import flow_home
 
 

@@ -10,8 +10,7 @@ from typing import Any, Literal, overload
 from flow_sdk import lifecycle, payload, wire
 from flow_sdk.home import tasksecrets
 from flow_sdk.wire import signing
-from flow_sdk.client import capguard
-from flow_sdk.client import ssh as _ssh
+from flow_sdk.client import capguard, ssh as _ssh
 from flow_sdk.client.failure import task_error
 from flow_sdk.client.records import load_client_record, note_last_seen
 from flow_sdk.client.stacks import Stacks, task_stacks

@@ -18,8 +18,9 @@ listed in order, terminate idempotent, nothing left); a launch that gets only pa
 starts none of it (the fixture's ``partial_launch`` arranges it; without one that test
 fails); ``flow gc`` of an ended task (a dry run first, a running task left alone, nothing
 left after); the SSH endpoint of a running node (or the provider's typed refusal); a lost node
-replaced through ``add_instances`` (where the provider adds nodes); a file volume shared by
-every node of a task (where the provider declares file volumes); object and log store round
+replaced through ``add_instances`` (else the provider's typed refusal); a file volume shared
+by every node of a task (else, where the provider declares none, the task refused before
+launch); object and log store round
 trips with their bounds; named volumes (or the provider's typed refusal).
 """
 

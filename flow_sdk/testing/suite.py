@@ -14,12 +14,12 @@ from flow_sdk.home import tasksecrets
 from flow_sdk.client.records import list_client_records
 from flow_sdk.client.task import Task
 from flow_sdk.errors import FlowError, ProviderError, ValidationError
-from flow_sdk.providers.base import LogRecord, NoVolumes, Provider
+from flow_sdk.providers.base import LaunchRequest, LogRecord, NoVolumes, Provider
 from flow_sdk.providers.capabilities import Support
-from flow_sdk.spec import VolumeSpec
+from flow_sdk.spec import VolumeSpec, build_task_spec
 from flow_sdk.testing import calls
 from flow_sdk.testing.target import ProviderUnderTest
-from flow_sdk.wire import MembershipRecord, Outcome
+from flow_sdk.wire import BootConfig, MembershipRecord, Outcome
 from flow_sdk.wire.signing import SignedStore
 
 TASK_TIMEOUT_S = 300.0  # a task's nodes boot and run within this (a cloud's boot included)
@@ -143,9 +143,12 @@ def test_a_lost_node_is_replaced_where_the_provider_adds_nodes(
     task succeeds on the survivor and the replacement; the lost node is stopped
     (``terminate_instances``) and nothing is left."""
     provider = provider_under_test.provider()
-    if type(provider).add_instances is Provider.add_instances:
-        pytest.skip(f"the {provider_under_test.name} provider does not add nodes to a running "
-                    "task (it keeps Provider.add_instances)")
+    if type(provider).add_instances is Provider.add_instances:  # it adds no nodes: it says so
+        request = LaunchRequest("contract-no-add", build_task_spec(app="contract", name="f"),
+                                BootConfig("contract-no-add", provider.name, {}))
+        with pytest.raises(ProviderError, match=f"the {provider.name} provider cannot add"):
+            provider.add_instances(request, 1)
+        return
     task = provider_under_test.app("contract-replace").function(
         num_instances=2, max_restarts=1, priority="high")(calls.loses_its_second_node).spawn()
     try:
@@ -166,13 +169,17 @@ def test_a_file_volume_is_shared_by_every_node_where_the_provider_has_them(
     """A named file volume reaches every node of a task (its node mounts), where the provider
     honours file volumes; then it is deleted."""
     provider = provider_under_test.provider()
-    if provider.capabilities.support("file_volumes") is Support.REFUSED:
-        pytest.skip(f"the {provider_under_test.name} provider declares no file volumes")
     name = f"contract-{secrets.token_hex(3)}"
+    volumes = {"/shared": VolumeSpec(name=name, size_gb=100, interface="file")}
+    if provider.capabilities.support("file_volumes") is Support.REFUSED:  # refused up front
+        with pytest.raises(ValidationError, match=f"the {provider.name} provider does not "
+                                                  "support file volumes"):
+            provider_under_test.app("contract-volume").function(volumes=volumes)(
+                calls.shares_a_volume)
+        return
     try:
         task = provider_under_test.app("contract-volume").function(
-            num_instances=2, priority="high",
-            volumes={"/shared": VolumeSpec(name=name, size_gb=100, interface="file")})(
+            num_instances=2, priority="high", volumes=volumes)(
             calls.shares_a_volume).spawn("/shared")
         try:
             results = task.results(timeout=TASK_TIMEOUT_S)

@@ -186,6 +186,18 @@ def test_ctrl_c_cancels_the_run_and_exits_130(flow_home: Path, tmp_path: Path) -
     assert processes_with_env("FLOW_HOME", str(flow_home)) == []
 
 
+def test_plan_notes_an_option_the_provider_runs_without() -> None:
+    """``flow plan`` shows the provider's note for an option it accepts but runs without
+    (local: a container image), on stderr and in its JSON."""
+    run = flow("plan", "--image", "python:3.11", "--json")
+    assert run.returncode == 0, run.stderr
+    note = ("local: image= is not used: the nodes run in this machine's Python environment, "
+            "not in a container")
+    assert json.loads(run.stdout)["notes"] == [note]
+    assert f"flow: note: {note}" in run.stderr
+    assert json.loads(flow("plan", "--json").stdout)["notes"] == []
+
+
 def test_plan_says_what_would_launch_without_launching(tmp_path: Path) -> None:
     local = flow("plan", "-N", "2", "--workers-per-node", "2")
     assert local.returncode == 0

@@ -9,6 +9,7 @@ site-packages or the package.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 # provider whose nodes are processes here can stop everything a node started.
 WORKER_PGIDS_FILE = "worker-pgids"
 
-__all__ = ["WORKER_PGIDS_FILE", "command_line", "descendants", "free_port", "is_alive",
+__all__ = ["WORKER_PGIDS_FILE", "command_line", "descendants", "ephemeral_ports", "free_port", "is_alive",
            "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
 
 
@@ -202,8 +203,47 @@ def kill_groups(pgids: Iterable[int], grace_s: float = 3.0,
         reap()
 
 
+_PORT_FLOOR = 10000  # below it are the ports services are configured with
+_PORT_TRIES = 64
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out itself (to a bind to port 0 and to every outgoing
+    connection): Linux's ``ip_local_port_range``, else its default."""
+    try:
+        low, high = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def _bindable(address: str, port: int) -> bool:
+    """Whether ``port`` can be bound now both on ``address`` and on every address."""
+    for where in {address, "0.0.0.0"}:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((where, port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``address`` now (the kernel picks it)."""
+    """A TCP port free on ``address`` now, for a server that binds it later (seconds or
+    minutes on, in another process).
+
+    It is drawn at random below the kernel's ephemeral range, so the kernel cannot hand it to
+    a port-0 bind or an outgoing connection in the meantime (a port the kernel picked could be
+    taken before the server binds it). Where that range leaves no room, the kernel picks.
+    """
+    ephemeral = ephemeral_ports()
+    if ephemeral.start - _PORT_FLOOR >= _PORT_TRIES:
+        draw = random.Random()
+        for _ in range(_PORT_TRIES):
+            port = draw.randrange(_PORT_FLOOR, ephemeral.start)
+            if _bindable(address, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((address, 0))
         return int(sock.getsockname()[1])

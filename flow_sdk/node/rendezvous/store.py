@@ -177,12 +177,15 @@ class NodeStore:
                                        f"not {generation}")
                 time.sleep(0.05)
         except OSError as exc:
+            where = f"{membership.leader_address}:{port}"
+            if membership.is_leader and server is None:  # the bind failed, at once
+                raise RendezvousError(f"could not host the rendezvous store at {where}: "
+                                      f"{exc}") from exc
             if server is not None:
                 server.close()
             role = "host" if membership.is_leader else "reach"
-            raise RendezvousError(f"could not {role} the rendezvous store at "
-                                  f"{membership.leader_address}:{port} within {timeout_s:.0f}s: "
-                                  f"{exc}") from exc
+            raise RendezvousError(f"could not {role} the rendezvous store at {where} within "
+                                  f"{timeout_s:.0f}s: {exc}") from exc
 
     def close(self) -> None:
         if self._watch is not None:

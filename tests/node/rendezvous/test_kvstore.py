@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import socket
 import threading
+import time
 
 import pytest
 
@@ -100,3 +102,17 @@ def test_lost_leader_raises_store_lost() -> None:
         for _ in range(3):
             other.heartbeat()
     other.close()
+
+
+def test_a_port_another_process_holds_fails_the_leader_at_once_naming_it() -> None:
+    members = [M("i-a", "127.0.0.1"), M("i-b", "127.0.0.1")]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(RendezvousError) as raised:
+            NodeStore.connect(assign_ranks(members, "i-a"), port, timeout_s=60, secret=SECRET)
+    assert time.monotonic() - started < 5
+    assert f"could not host the rendezvous store at 127.0.0.1:{port}: " in str(raised.value)
+    assert "within" not in str(raised.value)

@@ -6,7 +6,8 @@
 #                                    # xgboost, paramiko, the simulated cloud's moto and AWS CLI)
 #   bash scripts/setup.sh --dev      # plus the test tools (the `dev` extra) and the system
 #                                    # packages the tests need (OpenSSH server; Chromium for
-#                                    # the dashboard's browser tests)
+#                                    # the dashboard's browser tests; Slurm and munge for the
+#                                    # Slurm tests' cluster)
 #   bash scripts/setup.sh --dry-run  # (with or without --dev) print the steps, run none
 # Each step prints one line ("[2/3] ..."), then pip's own progress; the last line says how
 # long it all took.
@@ -45,7 +46,7 @@ fi
 EXTRA=all
 [ "$DEV" = 1 ] && EXTRA=dev
 TOTAL=4
-[ "$DEV" = 1 ] && TOTAL=6
+[ "$DEV" = 1 ] && TOTAL=7
 STEP=0
 # One line per step: "[2/3] what it does ...".
 step() {
@@ -86,6 +87,14 @@ if [ "$DEV" = 1 ]; then
   else
     step "Chromium (apt-get install chromium) ..."
     apt_install chromium
+  fi
+  # The Slurm tests start a real cluster on this machine: munged, slurmctld and several slurmd.
+  if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && \
+     command -v sbatch >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then
+    step "Slurm and munge: installed already"
+  else
+    step "Slurm and munge (apt-get install slurmctld slurmd slurm-client munge) ..."
+    apt_install slurmctld slurmd slurm-client munge
   fi
 fi
 

@@ -14,6 +14,7 @@ import pytest
 
 from flow_testing import dealt_longest_first, merged_durations, processes_with_env
 from flow_testing import wait_until  # noqa: F401  (re-exported)
+from slurm_cluster import SlurmCluster, runner_subnet
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,6 +78,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     listed = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     DURATIONS.write_text(json.dumps(merged_durations(listed, _timed), indent=0) + "\n")
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """One real Slurm cluster per test runner (``slurm_cluster.py``), started when a test
+    first asks for it: 3 nodes, each on its own loopback address; stopped by PID at the end.
+    A test that needs it fails, never skips, where Slurm is not installed."""
+    cluster = SlurmCluster.start(tmp_path_factory.mktemp("slurm"), nodes=3,
+                                 subnet=runner_subnet(), extra_conf=["EnforcePartLimits=ALL"])
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(autouse=True)

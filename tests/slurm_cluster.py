@@ -78,6 +78,16 @@ class SlurmCluster:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
         return dict(line.split() for line in out.splitlines() if line.strip())
 
+    def jobs_left(self, within_s: float = 15.0) -> str:
+        """This user's jobs still in ``squeue`` (one line each) once ``within_s`` has passed
+        or the queue is empty: a job that ended may be ``COMPLETING`` for a moment."""
+        deadline = time.monotonic() + within_s
+        while True:
+            left = self.run("squeue", "-h", "-u", getpass.getuser(), "-o", "%i %j %T").stdout
+            if not left.strip() or time.monotonic() > deadline:
+                return left.strip()
+            time.sleep(0.2)
+
     def logs(self) -> str:
         """The tail of every daemon's log, for a failure message."""
         parts = []
@@ -171,7 +181,9 @@ class SlurmCluster:
             time.sleep(0.2)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        env = {**os.environ, MARKER: str(self.root), "SLURM_CONF": str(self.conf)}
+        env = {key: value for key, value in os.environ.items()  # not the test's FLOW_HOME:
+               if not key.startswith("FLOW_")}  # the cluster outlives the test that starts it
+        env.update({MARKER: str(self.root), "SLURM_CONF": str(self.conf)})
         with open(self.root / "log" / f"{name}.out", "ab") as out:
             child = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)

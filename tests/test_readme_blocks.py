@@ -38,6 +38,7 @@ MARKED = {
     ("cloud-only", "flow catalog refresh                # today's prices from the AWS Price List API"),
     ("cloud-only", "flow run -y --provider aws --gpu h100:8 -N 4 --max-run-time-hours 12 train.py"),
     ("cloud-only", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"),
+    ("cloud-only", "from flow_sdk import FlowApp, current"),
 }
 
 

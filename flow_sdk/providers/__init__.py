@@ -1,4 +1,4 @@
-"""Providers behind one interface. Built-ins: ``local`` (default), ``aws`` and ``aws-sim`` (the
+"""Providers behind one interface. Built-ins: ``local`` (default), ``aws``, ``slurm`` and ``aws-sim`` (the
 simulated cloud, ``flow_sdk.sim``: named here by string, never imported); more plug in
 through the ``flow_sdk.providers`` entry-point group, where the built-ins are registered too.
 
@@ -36,6 +36,7 @@ _BUILTIN = {
     "local": "flow_sdk.providers.local:LocalProvider",
     "aws": "flow_sdk.providers.aws:AwsProvider",
     "aws-sim": "flow_sdk.sim:AwsSimProvider",
+    "slurm": "flow_sdk.providers.slurm:SlurmProvider",
 }
 
 

@@ -336,8 +336,9 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> list[Instance]:
-        """Start all ``spec.num_instances`` nodes as one gang, or none: a partial gang is
-        terminated before this raises."""
+        """Start all ``spec.num_instances`` nodes as one gang, or none (a partial gang is
+        terminated before this raises), each with its address; a node a scheduler queued is
+        ``pending`` without one, and its agent asks ``list_instances`` once it runs."""
 
     @abc.abstractmethod
     def list_instances(self, task_id: str) -> list[Instance]:

@@ -5,7 +5,8 @@ The cap counts from the task's creation (its signed record's ``created_at``). Th
 acts first; each further one is a backstop for when those before it cannot act: every agent
 frozen, the caller gone, a node cut off from everything. Each layer takes its grace from here:
 the node agents (``AGENT``), a waiting caller (``CALLER``, ``client.capguard``), a local node's
-keeper (``KEEPER``: the local provider sets its deadline), a node's own power-off timer
+keeper (``KEEPER``: the local provider sets its deadline), a cluster's scheduler
+(``SCHEDULER``: the time limit of a Slurm job), a node's own power-off timer
 (``POWER_OFF``: a cloud node's ``shutdown``, set by its bootstrap; a pool node's, set by its
 daemon while a task runs) and ``flow gc`` (``GC``, through ``lifecycle``).
 """
@@ -41,9 +42,12 @@ CALLER = Layer("waiting caller", 15.0,
 KEEPER = Layer("local node keeper", 60.0,
                "stops every process of its node whose agent is still there (frozen, or stuck "
                "past its own cap)")
+SCHEDULER = Layer("cluster scheduler", 120.0,
+                  "the cluster's scheduler ends the job and every process of it (Slurm's "
+                  "--time, which the controller enforces with no agent or caller)")
 POWER_OFF = Layer("node power-off timer", 600.0,
                   "the OS powers the node off, with no agent or caller: a cloud node's timer "
                   "from its boot, a pool node's while it runs a task")
 GC = Layer("flow gc", 3600.0,
            "counts the task as ended by its sealed record and reclaims what it left")
-LAYERS = (AGENT, CALLER, KEEPER, POWER_OFF, GC)  # in the order they act
+LAYERS = (AGENT, CALLER, KEEPER, SCHEDULER, POWER_OFF, GC)  # in the order they act

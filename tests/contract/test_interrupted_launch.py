@@ -35,7 +35,8 @@ pool_up("cut", provider=sys.argv[1], provider_config=json.loads(sys.argv[2]), nu
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the providers with pools whose nodes start as processes here
+@pytest.mark.parametrize("provider_under_test", ["local", "aws-sim"], indirect=True)
 def test_gc_stops_a_node_whose_launcher_died_as_it_started(
         provider_under_test: ProviderUnderTest, flow_home: Path) -> None:
     launcher = subprocess.run([sys.executable, "-c", LAUNCHER, provider_under_test.name,

@@ -12,13 +12,13 @@ import pytest
 from flow_sdk.client import capguard
 from flow_sdk.node.pool.timer import IdleTimer
 from flow_sdk.wire import runtimecap
-from flow_sdk.wire.runtimecap import AGENT, CALLER, GC, KEEPER, LAYERS, POWER_OFF
+from flow_sdk.wire.runtimecap import AGENT, CALLER, GC, KEEPER, LAYERS, POWER_OFF, SCHEDULER
 
 PACKAGE = Path(runtimecap.__file__).resolve().parents[1]
 
 
 def test_each_layer_acts_after_the_one_before_and_says_what_it_does() -> None:
-    assert LAYERS == (AGENT, CALLER, KEEPER, POWER_OFF, GC)
+    assert LAYERS == (AGENT, CALLER, KEEPER, SCHEDULER, POWER_OFF, GC)
     graces = [layer.grace_s for layer in LAYERS]
     assert graces == sorted(set(graces)) and graces[0] == 0
     assert all(layer.does and layer.name for layer in LAYERS)

@@ -85,14 +85,16 @@ def from_record(read: Callable[[], Sequence[Addressed] | None], self_id: str, gr
                 poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> Membership | None:
     """Ranks from the membership record: ``read`` is one read of it (None while it is absent),
-    retried every ``poll_s`` for up to ``grace_s``. None when the record stays absent, or is
-    stale (it does not name ``self_id``: e.g. a replacement node the record predates); the
-    caller then falls back to :func:`discover`."""
+    retried every ``poll_s`` for up to ``grace_s``. None when the record stays absent, is
+    stale (it does not name ``self_id``: e.g. a replacement node the record predates), or
+    lacks an address (the launch queued the nodes, as a scheduler does, before they had
+    one); the caller then falls back to :func:`discover`."""
     deadline = clock() + grace_s
     while True:
         members = read()
         if members is not None:
-            if any(m.instance_id == self_id for m in members):
+            if all(m.address for m in members) and any(m.instance_id == self_id
+                                                       for m in members):
                 return assign_ranks(members, self_id)
             return None
         if clock() >= deadline:

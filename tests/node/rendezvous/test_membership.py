@@ -125,3 +125,17 @@ def test_a_record_without_this_node_is_stale() -> None:
 
     assert from_record(read, "i-new", grace_s=10) is None
     assert reads == [1]  # a stale record is not waited on: the caller falls back at once
+
+
+def test_a_record_of_queued_nodes_without_addresses_sends_the_node_to_the_provider_at_once(
+        ) -> None:
+    """A scheduler's launch queues the nodes before they have addresses: their record names
+    them without one, and the node asks the provider instead of waiting out the grace."""
+    reads = []
+
+    def read() -> list[M]:
+        reads.append(1)
+        return [M("i-a", ""), M("i-b", "")]
+
+    assert from_record(read, "i-a", grace_s=10) is None
+    assert len(reads) == 1

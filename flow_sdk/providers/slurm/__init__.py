@@ -1,0 +1,5 @@
+"""The Slurm provider (``provider="slurm"``): a task is one batch job on a Slurm cluster."""
+
+from flow_sdk.providers.slurm._provider import SlurmProvider, SlurmSettings
+
+__all__ = ["SlurmProvider", "SlurmSettings"]

@@ -1,0 +1,358 @@
+"""The Slurm provider: a task is one batch job on a Slurm cluster; each node of the job runs
+one node agent; the task's objects and logs live in the file store on the cluster's shared
+filesystem (``shared_dir``), which the caller and every node see.
+
+Run it where Slurm's commands are (a login node). A launch ships the SDK's wheel (and a
+plug-in's) into the store by digest, writes the node bootstrap, the launch file and one 0600
+boot file per node under ``shared_dir``, and submits the batch script (``_batch``). A job is
+all or nothing: Slurm starts every node of it or none, so a launch never leaves half a gang.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from flow_sdk.errors import FieldProblem, ProviderError
+from flow_sdk.providers.base import (
+    GcReport,
+    Instance,
+    InstanceState,
+    LaunchPlan,
+    LaunchRequest,
+    LogStore,
+    ObjectStore,
+    Provider,
+)
+from flow_sdk.providers.capabilities import Capabilities, Support
+from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs, replace_file
+from flow_sdk.providers.launch import node_launch, ship_wheels
+from flow_sdk.providers.slurm import _batch
+from flow_sdk.providers.slurm._batch import JobOptions
+from flow_sdk.providers.slurm._commands import (
+    JOB_FIELDS,
+    NAMED_JOB_FIELDS,
+    Cluster,
+    JobState,
+    SlurmCommandError,
+    job_from_scontrol,
+    minutes,
+    parse_records,
+    parse_named_squeue,
+    parse_sbatch,
+    parse_squeue,
+)
+from flow_sdk.spec import TaskSpec
+from flow_sdk.system import procs
+
+BOOT_SCRIPT = Path(__file__).with_name("boot.py")
+STOP_WAIT_S = 30.0  # after scancel, how long terminate waits for the job to leave the nodes
+_CONFIG_KEYS = ("shared_dir", "python", "partition", "account", "qos", "constraint",
+                "extra_sbatch", "gpu_types")
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The provider's configuration (``provider_config``), checked."""
+
+    shared_dir: Path
+    python: str  # the interpreter the nodes run: the caller's by default
+    options: JobOptions = JobOptions()
+    gpu_types: Mapping[str, str] = field(default_factory=dict)  # catalog name -> GRES type
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> SlurmSettings:
+        unknown = sorted(set(config) - set(_CONFIG_KEYS))
+        if unknown:
+            raise ProviderError(f"provider_config has unknown key(s) {unknown} for the slurm "
+                                f"provider; it takes {', '.join(_CONFIG_KEYS)}")
+        texts = {key: config.get(key) for key in ("partition", "account", "qos", "constraint")}
+        for key, value in texts.items():
+            if value is not None and (not isinstance(value, str) or not value
+                                      or any(c.isspace() for c in value)):
+                raise ProviderError(f"provider_config[{key!r}] must be one word (a Slurm "
+                                    f"{key} name), not {value!r}")
+        extra = config.get("extra_sbatch") or []
+        if not isinstance(extra, list) or not all(
+                isinstance(line, str) and line.startswith("--") and "\n" not in line
+                for line in extra):
+            raise ProviderError("provider_config['extra_sbatch'] must be a list of sbatch "
+                                "options, each one line starting with '--' (like "
+                                "'--mem=0'), not " + repr(extra))
+        gpu_types = config.get("gpu_types") or {}
+        if not isinstance(gpu_types, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in gpu_types.items()):
+            raise ProviderError("provider_config['gpu_types'] maps a GPU name of gpu= to the "
+                                "cluster's GRES type, like {'h100': 'nvidia_h100_80gb'}")
+        shared = config.get("shared_dir")
+        python = config.get("python") or sys.executable
+        if not isinstance(python, str) or not python.startswith("/"):
+            raise ProviderError("provider_config['python'] must be an absolute path to the "
+                                f"interpreter the nodes run, not {python!r}")
+        return cls(Path(shared).expanduser() if shared else Path.home() / ".flow-slurm",
+                   python, JobOptions(extra_sbatch=tuple(extra), **texts), dict(gpu_types))
+
+    def to_config(self) -> dict[str, Any]:
+        options = self.options
+        config: dict[str, Any] = {"shared_dir": str(self.shared_dir), "python": self.python}
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(options, key):
+                config[key] = getattr(options, key)
+        if options.extra_sbatch:
+            config["extra_sbatch"] = list(options.extra_sbatch)
+        if self.gpu_types:
+            config["gpu_types"] = dict(self.gpu_types)
+        return config
+
+
+class SlurmProvider(Provider):
+    name: ClassVar[str] = "slurm"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        interconnect=Support.NOTED,
+        notes={"interconnect": "the cluster's own fabric carries the traffic between nodes "
+                               "(its administrators chose it)"})
+
+    def __init__(self, settings: SlurmSettings, cluster: Cluster | None = None) -> None:
+        self.settings = settings
+        self.root = settings.shared_dir
+        self.cluster = cluster or Cluster()
+        self._store = FileObjectStore(self.root / "store")
+        self._logs = FileLogStore(self.root / "logs")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> SlurmProvider:
+        return cls(SlurmSettings.parse(config))
+
+    def config(self) -> dict[str, Any]:
+        return self.settings.to_config()
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def logs(self) -> LogStore:
+        return self._logs
+
+    # -- before launch -----------------------------------------------------------------------
+
+    def check(self, spec: TaskSpec) -> list[FieldProblem]:
+        problems: list[FieldProblem] = []
+        if spec.max_run_time_hours is None and self._partition_minutes() is None:
+            problems.append(FieldProblem(
+                "max_run_time_hours", "the slurm provider needs a time limit for the job and "
+                f"{self._partition_name()} sets none (no DefaultTime or MaxTime); give "
+                "max_run_time_hours="))
+        return problems
+
+    def plan(self, spec: TaskSpec) -> LaunchPlan:
+        cap = spec.max_run_time_hours
+        return LaunchPlan(self.name, self._gpus_per_node(spec) or "cpu",
+                          self._partition_name(), "slurm", 0.0, spec.num_instances, cap,
+                          workers_per_node=spec.slots_per_node,
+                          summary=f"slurm: one job of {spec.num_instances} node(s) on "
+                                  f"{self._partition_name()}, time limit "
+                                  f"{self._time_minutes(spec)} min; objects under {self.root}")
+
+    def rendezvous_ports(self) -> tuple[int, int]:
+        """Drawn per task: jobs of several tasks may share a node."""
+        return procs.free_port(), procs.free_port()
+
+    def _partition_name(self) -> str:
+        name = self.settings.options.partition
+        return f"partition {name}" if name else "the default partition"
+
+    def _partition(self) -> dict[str, str]:
+        """The job's partition as ``scontrol show partition`` shows it."""
+        name = self.settings.options.partition
+        records = parse_records(self.cluster.run(
+            ["scontrol", "-o", "show", "partition", *([name] if name else [])]))
+        if name is None:
+            records = [r for r in records if r.get("Default") == "YES"] or records[:1]
+        if not records:
+            raise ProviderError(f"slurm: the cluster has no {self._partition_name()}; name "
+                                "one it has in provider_config['partition'] (see `sinfo`)")
+        return records[0]
+
+    def _partition_minutes(self) -> int | None:
+        """The partition's time limit for a job that gives none: DefaultTime, else MaxTime."""
+        partition = self._partition()
+        return minutes(partition.get("DefaultTime", "NONE")) or minutes(
+            partition.get("MaxTime", "UNLIMITED"))
+
+    def _time_minutes(self, spec: TaskSpec) -> int | None:
+        if spec.max_run_time_hours is not None:
+            return _batch.time_limit_minutes(spec.max_run_time_hours)
+        return self._partition_minutes()
+
+    def _gpus_per_node(self, spec: TaskSpec) -> str | None:
+        if spec.gpu is None:
+            return None
+        name, _, count = str(spec.gpu).partition(":")
+        kind = self.settings.gpu_types.get(name.lower(), name.lower())
+        return f"{kind}:{count or 1}"
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def _job_dir(self, task_id: str) -> Path:
+        return self.root / "jobs" / task_id
+
+    def _job(self, task_id: str) -> dict[str, Any] | None:
+        """What the launch recorded of the task's job: its id, node count and launch time."""
+        path = self._job_dir(task_id) / "job.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def _job_id(self, task_id: str) -> str | None:
+        job = self._job(task_id)
+        return str(job["job_id"]) if job else None
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        spec, task_id = request.spec, request.task_id
+        time_minutes = self._time_minutes(spec)
+        if time_minutes is None:
+            raise ProviderError(f"slurm: {self._partition_name()} sets no time limit; give "
+                                "max_run_time_hours=")
+        private_dirs(self.root)
+        launch = node_launch(request, ship_wheels(self._store, self.name))
+        job_dir = self._job_dir(task_id)
+        private_dirs(job_dir / "boot")
+        for node in range(spec.num_instances):  # each agent reads and removes its own
+            fd = os.open(job_dir / "boot" / f"{node}.json",
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(launch.boot_text())
+        wheels = [{"path": str(self._store.root / w.key), "sha256": w.sha256,
+                   "filename": w.filename} for w in launch.wheels]
+        launch_file = job_dir / "launch.json"
+        replace_file(launch_file, _batch.render_launch_file(
+            launch, task_id=task_id, wheels=wheels, envs=self.root / "envs",
+            boot_files=job_dir / "boot", nodes_dir=self.root / "nodes" / task_id))
+        script = job_dir / "batch.sh"
+        replace_file(script, _batch.render_batch_script(
+            launch, task_id=task_id, nodes=spec.num_instances, time_minutes=time_minutes,
+            gpus_per_node=self._gpus_per_node(spec), options=self.settings.options,
+            python=self.settings.python, boot_script=self._boot_script(),
+            launch_file=launch_file, output=job_dir / "slurm-%j.out"))
+        try:
+            job_id = parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
+        except SlurmCommandError:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        now = time.time()
+        replace_file(job_dir / "job.json", json.dumps(
+            {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now}))
+        return [_instance(_batch.instance_id(job_id, node), task_id, "", "pending", now)
+                for node in range(spec.num_instances)]
+
+    def _boot_script(self) -> Path:
+        """The node bootstrap on the shared filesystem, by digest (what the nodes run)."""
+        data = BOOT_SCRIPT.read_bytes()
+        path = self.root / "boot" / f"{hashlib.sha256(data).hexdigest()[:16]}.py"
+        if not path.exists():
+            private_dirs(path.parent)
+            replace_file(path, data.decode("utf-8"))
+        return path
+
+    def _queued(self, job_id: str) -> JobState | None:
+        """The job as ``squeue`` shows it; None once it has left the queue (``squeue -j``
+        then refuses the id)."""
+        try:
+            output = self.cluster.run(["squeue", "-h", "-j", job_id, "-o", JOB_FIELDS])
+        except SlurmCommandError as exc:
+            if "Invalid job id" in str(exc):
+                return None
+            raise
+        return parse_squeue(output).get(job_id)
+
+    def job_state(self, task_id: str) -> JobState | None:
+        """The task's job as the controller reports it: ``squeue`` first, then ``scontrol``
+        (a job stays there a while after it ends); None when neither knows it."""
+        job_id = self._job_id(task_id)
+        if job_id is None:
+            return None
+        queued = self._queued(job_id)
+        if queued is not None:
+            return queued
+        try:
+            records = parse_records(self.cluster.run(["scontrol", "-o", "show", "job",
+                                                      job_id]))
+        except SlurmCommandError:  # "Invalid job id specified": it ended a while ago
+            return None
+        return job_from_scontrol(records[0]) if records else None
+
+    def list_instances(self, task_id: str) -> list[Instance]:
+        recorded = self._job(task_id)
+        if recorded is None:
+            return []
+        job_id, count, launched = str(recorded["job_id"]), recorded["nodes"], recorded[
+            "launched_at"]
+        job = self.job_state(task_id)
+        if job is None or not job.active:
+            return [_instance(_batch.instance_id(job_id, k), task_id, "", "terminated",
+                              launched) for k in range(count)]
+        if not job.running or not job.nodes:
+            return [_instance(_batch.instance_id(job_id, k), task_id, "", "pending", launched)
+                    for k in range(count)]
+        names = self.cluster.run(["scontrol", "show", "hostnames", job.nodes]).split()
+        addresses = {r.get("NodeName", ""): r.get("NodeAddr", "")
+                     for r in parse_records(self.cluster.run(["scontrol", "-o", "show",
+                                                              "node", job.nodes]))}
+        return [_instance(_batch.instance_id(job_id, k), task_id, addresses.get(name, ""),
+                          "running", launched) for k, name in enumerate(names)]
+
+    def terminate(self, task_id: str) -> None:
+        job_id = self._job_id(task_id)
+        if job_id is not None:
+            self._cancel(task_id, job_id)
+        shutil.rmtree(self._job_dir(task_id) / "boot", ignore_errors=True)  # secrets
+
+    def _cancel(self, task_id: str, job_id: str) -> None:
+        """Cancel the job, and wait until Slurm has ended every process of it (the job has
+        left ``COMPLETING``)."""
+        self.cluster.run(["scancel", "--full", job_id])
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline:
+            job = self._queued(job_id)
+            if job is None or not (job.active or job.state == "COMPLETING"):
+                return
+            time.sleep(0.2)
+        raise ProviderError(f"slurm: job {job_id} of task {task_id} was cancelled but still "
+                            f"runs after {STOP_WAIT_S:.0f}s; see `squeue -j {job_id}`")
+
+    def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
+           ) -> GcReport:
+        """Cancel the jobs of the tasks ``ended`` names (``flow_sdk.lifecycle`` judged them
+        ended). One ``squeue`` of this user's jobs finds ours by their name and comment, so
+        a job whose launcher died before it recorded the job id is found too; the jobs of
+        other tasks live, and jobs that are not ours are never touched."""
+        report = GcReport(self.name, dry_run)
+        listed = parse_named_squeue(self.cluster.run(
+            ["squeue", "-h", "-u", getpass.getuser(), "-o", NAMED_JOB_FIELDS]))
+        for job, name, comment in listed:
+            task_id = comment.removeprefix(_batch.COMMENT_PREFIX)
+            if not (comment.startswith(_batch.COMMENT_PREFIX) and name == _batch.job_name(
+                    task_id)) or not job.active:
+                continue
+            why = (ended or {}).get(task_id)
+            if why is None:
+                report.live_tasks.append(task_id)
+                continue
+            report.reasons[task_id] = why
+            report.terminated_instances.append(f"job {job.job_id}")
+            if not dry_run:
+                self._cancel(task_id, job.job_id)
+        return report
+
+def _instance(instance_id: str, task_id: str, address: str, state: InstanceState,
+              launched_at: float) -> Instance:
+    return Instance(instance_id, task_id, address, state, launched_at, market="slurm",
+                    instance_type="node")

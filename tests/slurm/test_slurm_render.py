@@ -1,0 +1,140 @@
+"""The Slurm provider's pure parts: what Slurm's commands print, parsed (recorded output), the
+batch script and launch file it renders, and its configuration, checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.base import LaunchRequest
+from flow_sdk.providers.launch import ShippedWheel, node_launch
+from flow_sdk.providers.slurm import SlurmSettings
+from flow_sdk.providers.slurm._batch import (
+    JobOptions,
+    instance_id,
+    render_batch_script,
+    render_launch_file,
+    time_limit_minutes,
+)
+from flow_sdk.providers.slurm._commands import (
+    SlurmCommandError,
+    job_from_scontrol,
+    minutes,
+    parse_fields,
+    parse_records,
+    parse_sbatch,
+    parse_squeue,
+)
+from flow_sdk.spec import build_task_spec
+from flow_sdk.wire import BootConfig, envvars
+
+# recorded from Slurm 22.05 (`scontrol -o show ...`, `squeue -h -o '%i|%T|%N|%r'`)
+PARTITION = ("PartitionName=debug AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL "
+             "AllocNodes=ALL Default=YES QoS=N/A DefaultTime=NONE DisableRootJobs=NO "
+             "ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=01:00:00 "
+             "MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=n[1-3] PriorityJobFactor=1 "
+             "State=UP TotalCPUs=6 TotalNodes=3")
+JOB_DONE = ("JobId=7 JobName=flow-train-1 UserId=root(0) GroupId=root(0) Priority=1 "
+            "JobState=COMPLETED Reason=None Dependency=(null) NodeList=n[1-2] "
+            "Comment=flow-task:train-1")
+JOB_PENDING = ("JobId=8 JobName=flow-x JobState=PENDING Reason=Resources Dependency=(null) "
+               "NodeList=(null)")
+NODE = ("NodeName=n2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 NodeAddr=127.60.0.2 "
+        "NodeHostName=vm State=IDLE Reason=Not responding [slurm@2026-12-02T11:17:52]")
+
+
+def test_scontrol_lines_parse_into_their_fields() -> None:
+    assert parse_fields(PARTITION)["MaxTime"] == "01:00:00"
+    assert parse_fields(PARTITION)["DefaultTime"] == "NONE"
+    node = parse_fields(NODE)
+    assert node["NodeAddr"] == "127.60.0.2"
+    assert node["Reason"] == "Not responding [slurm@2026-12-02T11:17:52]"
+    assert [r["JobId"] for r in parse_records(f"{JOB_DONE}\n\n{JOB_PENDING}\n")] == ["7", "8"]
+
+
+def test_a_job_after_it_left_squeue_and_a_pending_one() -> None:
+    done = job_from_scontrol(parse_fields(JOB_DONE))
+    assert (done.job_id, done.state, done.nodes, done.active) == ("7", "COMPLETED", "n[1-2]",
+                                                                  False)
+    pending = job_from_scontrol(parse_fields(JOB_PENDING))
+    assert pending.nodes == "" and pending.reason == "Resources" and pending.active
+
+
+def test_squeue_lines_by_job_and_junk_refused() -> None:
+    jobs = parse_squeue("12|RUNNING|n[1-2]|None\n13|PENDING||Priority\n")
+    assert jobs["12"].running and jobs["12"].nodes == "n[1-2]"
+    assert not jobs["13"].running and jobs["13"].reason == "Priority"
+    with pytest.raises(SlurmCommandError, match="not '%i|%T|%N|%r' fields"):
+        parse_squeue("12 RUNNING n1\n")
+
+
+def test_sbatch_answers_and_time_limits() -> None:
+    assert parse_sbatch("41\n") == "41" and parse_sbatch("41;cluster\n") == "41"
+    with pytest.raises(SlurmCommandError, match="not a job id"):
+        parse_sbatch("sbatch: error: Batch job submission failed\n")
+    assert minutes("UNLIMITED") is None and minutes("NONE") is None
+    assert minutes("30") == 30 and minutes("01:00:00") == 60 and minutes("10:30") == 11
+    assert minutes("1-00:00:00") == 1440 and minutes("2-12") == 3600
+    with pytest.raises(SlurmCommandError, match="not a Slurm time limit"):
+        minutes("soon")
+
+
+def _launch(tmp_path: Path, **options: object):  # type: ignore[no-untyped-def]
+    spec = build_task_spec(app="t", name="train", num_instances=2, max_run_time_hours=0.5,
+                           provider="slurm", **options)
+    boot = BootConfig("train-1", "slurm", {"shared_dir": str(tmp_path)}, secret="ab" * 32)
+    wheel = ShippedWheel("code/sdk", "f" * 64, "flow_gang_sdk-0.1-py3-none-any.whl", "3.11")
+    return spec, node_launch(LaunchRequest("train-1", spec, boot), (wheel,))
+
+
+def test_the_batch_script_is_one_job_with_one_agent_step_per_node(tmp_path: Path) -> None:
+    spec, launch = _launch(tmp_path)
+    script = render_batch_script(
+        launch, task_id="train-1", nodes=2, time_minutes=time_limit_minutes(0.5),
+        gpus_per_node="h100:8", options=JobOptions(partition="gpu", account="ml",
+                                                   extra_sbatch=("--mem=0",)),
+        python="/opt/venv/bin/python", boot_script=tmp_path / "boot.py",
+        launch_file=tmp_path / "my dir" / "launch.json", output=tmp_path / "slurm-%j.out")
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for option in ("--job-name=flow-train-1", "--comment=flow-task:train-1", "--nodes=2",
+                   "--ntasks-per-node=1", "--time=32", "--no-requeue", "--gpus-per-node=h100:8",
+                   "--partition=gpu", "--account=ml", "--mem=0"):
+        assert f"#SBATCH {option}" in lines, option
+    assert not any("--qos" in line or "--constraint" in line for line in lines)
+    assert lines[-1] == (f"exec srun --ntasks-per-node=1 --nodes=2 --kill-on-bad-exit=0 "
+                         f"/opt/venv/bin/python -I -S {tmp_path}/boot.py "
+                         f"'{tmp_path}/my dir/launch.json'")
+    assert "ab" * 32 not in script  # the secret is in the 0600 boot files only
+
+
+def test_the_launch_file_names_what_each_node_needs_and_no_secret(tmp_path: Path) -> None:
+    _, launch = _launch(tmp_path)
+    text = render_launch_file(launch, task_id="train-1", wheels=[{"path": "/s/w", "sha256":
+                                                                   "f" * 64, "filename": "w"}],
+                              envs=tmp_path / "envs", boot_files=tmp_path / "boot",
+                              nodes_dir=tmp_path / "nodes")
+    data = json.loads(text)
+    assert data["python"] == "3.11" and data["module"] == "flow_sdk.node.agent"
+    assert data["names"] == {"boot_file": envvars.BOOT_FILE, "instance_id": envvars.INSTANCE_ID,
+                             "address": envvars.NODE_ADDRESS, "cores": envvars.NODE_CORES}
+    assert data["instance_id"].format(job="12", node=1) == instance_id("12", 1) == "sl12-0001"
+    assert "ab" * 32 not in text
+
+
+def test_settings_are_checked_and_round_trip(tmp_path: Path) -> None:
+    config = {"shared_dir": str(tmp_path), "python": "/usr/bin/python3", "partition": "gpu",
+              "qos": "high", "extra_sbatch": ["--mem=0"], "gpu_types": {"h100": "nvidia_h100"}}
+    settings = SlurmSettings.parse(config)
+    assert settings.to_config() == config
+    assert SlurmSettings.parse(settings.to_config()) == settings
+    for bad, named in (({"partitions": "a"}, "unknown key"), ({"partition": "a b"}, "one word"),
+                       ({"extra_sbatch": ["--mem=0\n#SBATCH --x"]}, "extra_sbatch"),
+                       ({"extra_sbatch": "--mem=0"}, "extra_sbatch"),
+                       ({"python": "python3"}, "absolute path"),
+                       ({"gpu_types": {"h100": ""}}, "gpu_types")):
+        with pytest.raises(ProviderError, match=named):
+            SlurmSettings.parse(bad)

@@ -274,9 +274,10 @@ def launch_task(provider: Provider, spec: TaskSpec, packed: payload.PackedCall) 
     is stored once) and the task record, start the nodes as one gang, then write the gang's
     membership record (every instance id and address), so nodes need not ask the provider
     who their peers are (nodes a scheduler queued have no address yet: their record says so,
-    and they ask the provider once they run). The task's secret (which signs every record and result) goes to the
-    nodes in their boot config and to a 0600 file on this machine, never to the store. A task
-    on a pool (``spec.pool``) runs on the pool's warm nodes instead (``pools``)."""
+    and they ask the provider once they run). The task's secret (which signs every record and
+    result) goes to the nodes in their boot config and to a 0600 file on this machine, never
+    to the store. A task on a pool (``spec.pool``) runs on the pool's warm nodes instead
+    (``pools``)."""
     refuse_launch(provider, spec)
     if spec.pool is not None:
         return pooltasks.launch_on_pool(provider, spec, packed)

@@ -1,6 +1,7 @@
-"""Providers behind one interface. Built-ins: ``local`` (default), ``aws``, ``slurm`` and ``aws-sim`` (the
-simulated cloud, ``flow_sdk.sim``: named here by string, never imported); more plug in
-through the ``flow_sdk.providers`` entry-point group, where the built-ins are registered too.
+"""Providers behind one interface. Built-ins: ``local`` (default), ``aws``, ``slurm`` and
+``aws-sim`` (the simulated cloud, ``flow_sdk.sim``: named here by string, never imported);
+more plug in through the ``flow_sdk.providers`` entry-point group, where the built-ins are
+registered too.
 
 A provider's module is imported only when a task or command uses it. A plug-in never hides a
 built-in (its entry under a built-in's name is reported and left out); one registered twice

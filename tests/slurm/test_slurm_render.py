@@ -11,7 +11,7 @@ import pytest
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.launch import ShippedWheel, node_launch
-from flow_sdk.providers.slurm import SlurmSettings
+from flow_sdk.providers.slurm import SlurmProvider, SlurmSettings
 from flow_sdk.providers.slurm._batch import (
     JobOptions,
     instance_id,
@@ -138,3 +138,14 @@ def test_settings_are_checked_and_round_trip(tmp_path: Path) -> None:
                        ({"gpu_types": {"h100": ""}}, "gpu_types")):
         with pytest.raises(ProviderError, match=named):
             SlurmSettings.parse(bad)
+
+
+def test_gpus_per_node_take_the_sites_gres_type(tmp_path: Path) -> None:
+    provider = SlurmProvider(SlurmSettings.parse({"shared_dir": str(tmp_path),
+                                                  "gpu_types": {"h100": "nvidia_h100"}}))
+    spec = build_task_spec(app="t", name="t", provider="slurm", gpu="h100:8",
+                           max_run_time_hours=1)
+    assert provider.gpus_per_node(spec) == "nvidia_h100:8"
+    spec = build_task_spec(app="t", name="t", provider="slurm", gpu="a100:2",
+                           max_run_time_hours=1)
+    assert provider.gpus_per_node(spec) == "a100:2"

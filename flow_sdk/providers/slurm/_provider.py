@@ -35,7 +35,7 @@ from flow_sdk.providers.base import (
 )
 from flow_sdk.providers.capabilities import Capabilities, Support
 from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs, replace_file
-from flow_sdk.providers.launch import node_launch, ship_wheels
+from flow_sdk.providers.launch import NodeLaunch, node_launch, ship_wheels
 from flow_sdk.providers.slurm import _batch
 from flow_sdk.providers.slurm._batch import JobOptions
 from flow_sdk.providers.slurm._commands import (
@@ -156,7 +156,7 @@ class SlurmProvider(Provider):
 
     def plan(self, spec: TaskSpec) -> LaunchPlan:
         cap = spec.max_run_time_hours
-        return LaunchPlan(self.name, self._gpus_per_node(spec) or "cpu",
+        return LaunchPlan(self.name, self.gpus_per_node(spec) or "cpu",
                           self._partition_name(), "slurm", 0.0, spec.num_instances, cap,
                           workers_per_node=spec.slots_per_node,
                           summary=f"slurm: one job of {spec.num_instances} node(s) on "
@@ -194,12 +194,15 @@ class SlurmProvider(Provider):
             return _batch.time_limit_minutes(spec.max_run_time_hours)
         return self._partition_minutes()
 
-    def _gpus_per_node(self, spec: TaskSpec) -> str | None:
+    def gpus_per_node(self, spec: TaskSpec) -> str | None:
+        """``--gpus-per-node``: the GRES type ``gpu_types`` maps the model to (else the
+        model's own name) and the count; the count alone for ``any``."""
         if spec.gpu is None:
             return None
-        name, _, count = str(spec.gpu).partition(":")
-        kind = self.settings.gpu_types.get(name.lower(), name.lower())
-        return f"{kind}:{count or 1}"
+        model = spec.gpu.model.lower()
+        if model in ("any", "gpu"):
+            return str(spec.gpu.count)
+        return f"{self.settings.gpu_types.get(model, model)}:{spec.gpu.count}"
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -224,6 +227,21 @@ class SlurmProvider(Provider):
         private_dirs(self.root)
         launch = node_launch(request, ship_wheels(self._store, self.name))
         job_dir = self._job_dir(task_id)
+        try:
+            job_id = self._submit(request, launch, job_dir, time_minutes)
+        except BaseException:  # nothing was queued: leave no boot file (the secret) behind
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        now = time.time()
+        replace_file(job_dir / "job.json", json.dumps(
+            {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now}))
+        return [_instance(_batch.instance_id(job_id, node), task_id, "", "pending", now)
+                for node in range(spec.num_instances)]
+
+    def _submit(self, request: LaunchRequest, launch: NodeLaunch, job_dir: Path,
+                time_minutes: int) -> str:
+        """Write the job's boot files, launch file and batch script; submit it; its id."""
+        spec, task_id = request.spec, request.task_id
         private_dirs(job_dir / "boot")
         for node in range(spec.num_instances):  # each agent reads and removes its own
             fd = os.open(job_dir / "boot" / f"{node}.json",
@@ -239,19 +257,10 @@ class SlurmProvider(Provider):
         script = job_dir / "batch.sh"
         replace_file(script, _batch.render_batch_script(
             launch, task_id=task_id, nodes=spec.num_instances, time_minutes=time_minutes,
-            gpus_per_node=self._gpus_per_node(spec), options=self.settings.options,
+            gpus_per_node=self.gpus_per_node(spec), options=self.settings.options,
             python=self.settings.python, boot_script=self._boot_script(),
             launch_file=launch_file, output=job_dir / "slurm-%j.out"))
-        try:
-            job_id = parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
-        except SlurmCommandError:
-            shutil.rmtree(job_dir, ignore_errors=True)
-            raise
-        now = time.time()
-        replace_file(job_dir / "job.json", json.dumps(
-            {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now}))
-        return [_instance(_batch.instance_id(job_id, node), task_id, "", "pending", now)
-                for node in range(spec.num_instances)]
+        return parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
 
     def _boot_script(self) -> Path:
         """The node bootstrap on the shared filesystem, by digest (what the nodes run)."""

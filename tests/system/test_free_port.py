@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from flow_sdk.system import procs
 
 
@@ -17,18 +19,21 @@ def test_a_free_port_is_below_the_kernels_own_range_and_bindable() -> None:
             sock.bind(("127.0.0.1", port))
 
 
-def test_a_port_taken_on_every_address_is_never_drawn(monkeypatch) -> None:
+def test_a_port_taken_on_every_address_is_never_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
     """A port held on 0.0.0.0 is taken on every loopback address too: the draw skips it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
         held.bind(("0.0.0.0", 0))
         taken = held.getsockname()[1]
-        draws = iter([taken, taken, taken + 1 if taken + 1 < 65536 else taken - 1])
+        draws = iter([taken, taken])  # the held port twice, then real draws
+        real = procs.random.Random.randrange
         monkeypatch.setattr(procs, "ephemeral_ports", lambda: range(65535, 65536))
-        monkeypatch.setattr(procs.random.Random, "randrange", lambda self, a, b: next(draws))
+        monkeypatch.setattr(procs.random.Random, "randrange",
+                            lambda self, a, b: next(draws, None) or real(self, a, b))
         port = procs.free_port("127.45.0.7")
+        assert next(draws, None) is None  # the held port was drawn, and passed over
     assert port != taken
 
 
-def test_with_no_room_below_the_range_the_kernel_picks(monkeypatch) -> None:
+def test_with_no_room_below_the_range_the_kernel_picks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(procs, "ephemeral_ports", lambda: range(10010, 65536))
     assert 10010 <= procs.free_port() <= 65535

@@ -15,6 +15,7 @@ own ("first"); the rounds after it alternate the two sides. Target: flow's cold 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -39,6 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     import submitit
 
+    logging.getLogger("submitit").setLevel(logging.ERROR)  # it warns at every sacct it tries
     from flow_sdk import FlowApp
 
     work = Path(tempfile.mkdtemp(prefix="bench-slurm-"))

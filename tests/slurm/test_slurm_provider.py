@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from flow_sdk import FlowApp, current
+from flow_sdk.errors import ValidationError
 from flow_sdk.providers.slurm import SlurmProvider, SlurmSettings
 from flow_sdk.providers.slurm._commands import Cluster
 from flow_sdk.spec import build_task_spec
@@ -82,12 +83,30 @@ def test_a_2x2_gloo_ddp_run_reduces_across_both_nodes(app: FlowApp) -> None:
 
 
 class _RecordedCluster(Cluster):
-    """Slurm's answers as recorded from a partition that sets no time limit."""
+    """Slurm's answers as recorded from a partition that sets no time limit, with one node of
+    eight H100s (GRES type nvidia_h100) and two without GPUs."""
 
     def run(self, argv: Any, *, stdin: str | None = None) -> str:
+        if argv[0] == "sinfo":
+            return "gpu:nvidia_h100:8(S:0-1)\n(null)\n(null)\n"
         assert list(argv[:3]) == ["scontrol", "-o", "show"], argv
         return ("PartitionName=debug Default=YES DefaultTime=NONE MaxTime=UNLIMITED "
-                "Nodes=n[1-3] State=UP\n")
+                "Nodes=n[1-3] State=UP TotalNodes=3\n")
+
+
+def test_gpus_are_checked_against_the_gres_types_of_the_partitions_nodes(
+        tmp_path: Path) -> None:
+    provider = SlurmProvider(SlurmSettings.parse({"shared_dir": str(tmp_path), "gpu_types":
+                                                  {"h100": "nvidia_h100"}}),
+                             cluster=_RecordedCluster())
+    ok = build_task_spec(app="a", name="t", provider="slurm", gpu="h100:8",
+                         max_run_time_hours=1)
+    assert provider.problems(ok) == []
+    wrong = build_task_spec(app="a", name="t", provider="slurm", gpu="a100:2",
+                            max_run_time_hours=1)
+    [problem] = provider.problems(wrong)
+    assert problem.field == "gpu"
+    assert "has GPUs of type nvidia_h100, not a100" in problem.message
 
 
 def test_a_task_without_a_time_limit_on_a_partition_without_one_is_refused(
@@ -139,3 +158,27 @@ def test_a_job_slurm_has_forgotten_lists_as_terminated(
     assert [(i.instance_id, i.state) for i in provider.list_instances("gone-1")] == [
         ("sl987654-0000", "terminated"), ("sl987654-0001", "terminated")]
     provider.terminate("gone-1")  # nothing left to cancel: no error
+
+
+def test_what_the_partition_can_never_run_is_refused_before_submitting_all_at_once(
+        app: FlowApp, slurm_clean: SlurmCluster) -> None:
+    """More nodes than the partition has, a cap above its MaxTime (60 min here), a GPU none of
+    its nodes has: Slurm would queue such a job for ever where limits are not enforced at
+    submission; each is named, with its fix, and nothing is submitted."""
+    with pytest.raises(ValidationError) as raised:  # as the function is declared
+        app.function(num_instances=4, max_run_time_hours=2, gpu="h100:1")(where)
+    fields = {problem.field: problem.message for problem in raised.value.problems}
+    assert set(fields) == {"num_instances", "max_run_time_hours", "gpu"}
+    assert "has 3 node(s), fewer than the 4 asked" in fields["num_instances"]
+    assert "at most 60 min (MaxTime)" in fields["max_run_time_hours"]
+    assert "give at most 0.97" in fields["max_run_time_hours"]
+    assert "has no GPUs; drop gpu=" in fields["gpu"]
+    assert not slurm_clean.run("squeue", "-h").stdout.strip()
+
+
+def test_the_plan_shows_the_partition_its_idle_nodes_and_the_time_limit(app: FlowApp) -> None:
+    plan = app.plan(app.function(num_instances=2, max_run_time_hours=0.5)(where))
+    assert plan.provider == "slurm" and plan.nodes == 2 and plan.usd_per_hour == 0.0
+    assert "one job of 2 node(s) on the default partition (3 of 3 idle, MaxTime 01:00:00)" \
+        in plan.summary
+    assert "time limit 32 min" in plan.summary

@@ -53,6 +53,7 @@ from flow_sdk.providers.slurm._commands import (
 )
 from flow_sdk.spec import TaskSpec
 from flow_sdk.system import procs
+from flow_sdk.wire.runtimecap import SCHEDULER
 
 BOOT_SCRIPT = Path(__file__).with_name("boot.py")
 STOP_WAIT_S = 30.0  # after scancel, how long terminate waits for the job to leave the nodes
@@ -146,22 +147,77 @@ class SlurmProvider(Provider):
     # -- before launch -----------------------------------------------------------------------
 
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
+        """What the partition can never run, found before anything is submitted (Slurm
+        itself would queue such a job for ever where limits are not enforced at submission):
+        more nodes than it has, a time limit above its MaxTime or none at all, a GPU type
+        none of its nodes has."""
         problems: list[FieldProblem] = []
+        partition, where = self._partition(), self._partition_name()
+        total = int(partition.get("TotalNodes", "0") or 0)
+        if spec.num_instances > total:
+            problems.append(FieldProblem(
+                "num_instances", f"{where} has {total} node(s), fewer than the "
+                f"{spec.num_instances} asked; ask for at most {total} or name another "
+                "partition in provider_config['partition']"))
+        max_minutes = minutes(partition.get("MaxTime", "UNLIMITED"))
         if spec.max_run_time_hours is None and self._partition_minutes() is None:
             problems.append(FieldProblem(
                 "max_run_time_hours", "the slurm provider needs a time limit for the job and "
-                f"{self._partition_name()} sets none (no DefaultTime or MaxTime); give "
-                "max_run_time_hours="))
+                f"{where} sets none (no DefaultTime or MaxTime); give max_run_time_hours="))
+        elif spec.max_run_time_hours is not None and max_minutes is not None:
+            needed = _batch.time_limit_minutes(spec.max_run_time_hours)
+            if needed > max_minutes:
+                most = (max_minutes - SCHEDULER.grace_minutes()) / 60
+                problems.append(FieldProblem(
+                    "max_run_time_hours", f"{where} runs a job for at most {max_minutes} min "
+                    f"(MaxTime), and this cap needs {needed} min with the scheduler's grace; "
+                    f"give at most {most:.2f}"))
+        wanted = self.gpus_per_node(spec)
+        if wanted is not None:
+            kinds = self._gres_types()
+            kind = wanted.rpartition(":")[0]
+            if not kinds:
+                problems.append(FieldProblem(
+                    "gpu", f"{where} has no GPUs; drop gpu=, or name a partition with GPUs "
+                    "in provider_config['partition']"))
+            elif kind and kind not in kinds:
+                named = sorted(k for k in kinds if k)
+                has = f"GPUs of type {', '.join(named)}" if named else "GPUs of no named type"
+                problems.append(FieldProblem(
+                    "gpu", f"{where} has {has}, not {kind}; ask for one of those, or map the "
+                    "model to the cluster's GRES type in provider_config['gpu_types']"))
         return problems
 
+    def _gres_types(self) -> set[str]:
+        """The GPU types the partition's nodes have (``gpu:TYPE:COUNT`` GRES)."""
+        name = self.settings.options.partition
+        output = self.cluster.run(["sinfo", "-h", "-N", *(["-p", name] if name else []),
+                                   "-o", "%G"])
+        kinds: set[str] = set()
+        for gres in ",".join(output.split()).split(","):
+            parts = gres.split("(")[0].split(":")
+            if parts[0] == "gpu" and len(parts) >= 2:
+                kinds.add(parts[1] if len(parts) == 3 else "")
+        return kinds
+
     def plan(self, spec: TaskSpec) -> LaunchPlan:
-        cap = spec.max_run_time_hours
+        partition = self._partition()
         return LaunchPlan(self.name, self.gpus_per_node(spec) or "cpu",
-                          self._partition_name(), "slurm", 0.0, spec.num_instances, cap,
-                          workers_per_node=spec.slots_per_node,
+                          self._partition_name(), "slurm", 0.0, spec.num_instances,
+                          spec.max_run_time_hours, workers_per_node=spec.slots_per_node,
                           summary=f"slurm: one job of {spec.num_instances} node(s) on "
-                                  f"{self._partition_name()}, time limit "
+                                  f"{self._partition_name()} ({self._idle_nodes()} of "
+                                  f"{partition.get('TotalNodes', '?')} idle, MaxTime "
+                                  f"{partition.get('MaxTime', '?')}), time limit "
                                   f"{self._time_minutes(spec)} min; objects under {self.root}")
+
+    def _idle_nodes(self) -> int:
+        name = self.settings.options.partition
+        output = self.cluster.run(["sinfo", "-h", *(["-p", name] if name else []),
+                                   "-o", "%D|%T"])
+        return sum(int(count) for count, state in (line.split("|") for line in
+                                                   output.split() if "|" in line)
+                   if state == "idle")
 
     def rendezvous_ports(self) -> tuple[int, int]:
         """Drawn per task: jobs of several tasks may share a node."""

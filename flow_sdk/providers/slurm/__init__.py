@@ -1,5 +1,6 @@
 """The Slurm provider (``provider="slurm"``): a task is one batch job on a Slurm cluster."""
 
-from flow_sdk.providers.slurm._provider import SlurmProvider, SlurmSettings
+from flow_sdk.providers.slurm._provider import SlurmProvider
+from flow_sdk.providers.slurm._settings import SlurmSettings
 
 __all__ = ["SlurmProvider", "SlurmSettings"]

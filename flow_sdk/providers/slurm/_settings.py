@@ -1,0 +1,70 @@
+"""The Slurm provider's configuration (``provider_config``), checked: where the shared folder
+is, which interpreter the nodes run, and what the site adds to each job."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.slurm._batch import JobOptions
+
+_CONFIG_KEYS = ("shared_dir", "python", "partition", "account", "qos", "constraint",
+                "extra_sbatch", "gpu_types")
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The provider's configuration (``provider_config``), checked."""
+
+    shared_dir: Path
+    python: str  # the interpreter the nodes run: the caller's by default
+    options: JobOptions = JobOptions()
+    gpu_types: Mapping[str, str] = field(default_factory=dict)  # catalog name -> GRES type
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> SlurmSettings:
+        unknown = sorted(set(config) - set(_CONFIG_KEYS))
+        if unknown:
+            raise ProviderError(f"provider_config has unknown key(s) {unknown} for the slurm "
+                                f"provider; it takes {', '.join(_CONFIG_KEYS)}")
+        texts = {key: config.get(key) for key in ("partition", "account", "qos", "constraint")}
+        for key, value in texts.items():
+            if value is not None and (not isinstance(value, str) or not value
+                                      or any(c.isspace() for c in value)):
+                raise ProviderError(f"provider_config[{key!r}] must be one word (a Slurm "
+                                    f"{key} name), not {value!r}")
+        extra = config.get("extra_sbatch") or []
+        if not isinstance(extra, list) or not all(
+                isinstance(line, str) and line.startswith("--") and "\n" not in line
+                for line in extra):
+            raise ProviderError("provider_config['extra_sbatch'] must be a list of sbatch "
+                                "options, each one line starting with '--' (like "
+                                "'--mem=0'), not " + repr(extra))
+        gpu_types = config.get("gpu_types") or {}
+        if not isinstance(gpu_types, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in gpu_types.items()):
+            raise ProviderError("provider_config['gpu_types'] maps a GPU name of gpu= to the "
+                                "cluster's GRES type, like {'h100': 'nvidia_h100_80gb'}")
+        shared = config.get("shared_dir")
+        python = config.get("python") or sys.executable
+        if not isinstance(python, str) or not python.startswith("/"):
+            raise ProviderError("provider_config['python'] must be an absolute path to the "
+                                f"interpreter the nodes run, not {python!r}")
+        return cls(Path(shared).expanduser() if shared else Path.home() / ".flow-slurm",
+                   python, JobOptions(extra_sbatch=tuple(extra), **texts), dict(gpu_types))
+
+    def to_config(self) -> dict[str, Any]:
+        options = self.options
+        config: dict[str, Any] = {"shared_dir": str(self.shared_dir), "python": self.python}
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(options, key):
+                config[key] = getattr(options, key)
+        if options.extra_sbatch:
+            config["extra_sbatch"] = list(options.extra_sbatch)
+        if self.gpu_types:
+            config["gpu_types"] = dict(self.gpu_types)
+        return config

@@ -55,6 +55,8 @@ from flow_sdk.wire.runtimecap import SCHEDULER
 
 BOOT_SCRIPT = Path(__file__).with_name("boot.py")
 STOP_WAIT_S = 30.0  # after scancel, how long terminate waits for the job to leave the nodes
+
+
 class SlurmProvider(Provider):
     name: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(

@@ -28,6 +28,9 @@ from flow_sdk.wire import TaskStatus
 _CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
 TAIL_IN_MESSAGE = 10
 BEAT_S = 0.25  # how often a node heartbeats while it stops its workers
+# What a node reports when the runtime cap stops it (``watch``); a consequence never names it
+# when the task timed out: every node's cap is the same event as the root cause's.
+CAP_MESSAGE = "the task reached its max_run_time_hours cap and was stopped on the nodes"
 
 
 def _facts(error_file: Path) -> dict[str, object] | None:
@@ -143,7 +146,9 @@ def consequences(root: FailureReport, reports: list[FailureReport]) -> list[str]
                      and report.rank is None)
         if report != root and not same_rank and not other_cap:
             seen.append((report.summary(), report.observed_at))
-        seen.extend(report.others)
+        timed_out = root.status == TaskStatus.TIMED_OUT.value
+        seen.extend(other for other in report.others  # a node's own cap came after its root
+                    if not (timed_out and CAP_MESSAGE in other[0]))
     seen.sort(key=lambda item: item[1])
     return [f"{text} (+{at - root.observed_at:.3f}s)" for text, at in seen]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from flow_sdk.node.agent.activity import WorkerActivity
 from flow_sdk.node.agent.context import NodeContext
 from flow_sdk.node.agent.timers import Deadline, Every
-from flow_sdk.node.agent.failures import worker_failure
+from flow_sdk.node.agent.failures import CAP_MESSAGE, worker_failure
 from flow_sdk.node.agent.stacks import CHECK_S as STACKS_CHECK_S
 from flow_sdk.node.agent.stacks import StacksAnswer
 from flow_sdk.node.agent.stall import StallWatch
@@ -156,8 +156,7 @@ class Watch:
         if self.cap is not None and self.cap.passed(now):
             return Failure(FailureReport(
                 node=self.m.node_rank, status=TaskStatus.TIMED_OUT.value,
-                message="the task reached its max_run_time_hours cap and was stopped on the "
-                        "nodes", observed_at=time.time() + self.offset, label="user"))
+                message=CAP_MESSAGE, observed_at=time.time() + self.offset, label="user"))
         return None
 
     def _check_notice(self, now: float) -> Watched | None:

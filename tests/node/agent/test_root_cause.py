@@ -62,6 +62,20 @@ def test_the_runtime_cap_s_report_names_the_stall_before_it() -> None:
     assert consequences(root, [_stall(100.0), _cap(1, 190.1)]) == []
 
 
+def test_a_nodes_own_cap_after_its_error_is_no_consequence_of_a_timed_out_task() -> None:
+    """Node 1's worker lost its connection when the cap stopped node 0, then node 1's own cap
+    came: its report carries that cap among its others. The task timed out on the stall, so
+    the peer's error is a consequence and no node's cap is (a clean run listed it once)."""
+    node0 = first_with_others([_cap(0, 190.0), _stall(100.0)])
+    assert node0 is not None
+    node1 = first_with_others([_timeout(1, 3, 190.2), _cap(1, 190.3)])
+    assert node1 is not None and len(node1.others) == 1  # its cap, merged into its report
+    root, _ = root_cause([node0, node1])
+    assert root.status == "TIMED_OUT" and root.rank == 1
+    lines = consequences(root, [node0, node1])
+    assert [line.split(":")[0] for line in lines] == ["node 1 rank 3"]
+
+
 def test_a_failure_before_the_cap_stays_the_root_cause() -> None:
     reports = [_timeout(1, 2, 130.2), _timeout(0, 0, 130.0), _cap(1, 130.5)]
     root, merged = root_cause(reports)

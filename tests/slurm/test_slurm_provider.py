@@ -86,7 +86,7 @@ class _RecordedCluster(Cluster):
     """Slurm's answers as recorded from a partition that sets no time limit, with one node of
     eight H100s (GRES type nvidia_h100) and two without GPUs."""
 
-    def run(self, argv: Any, *, stdin: str | None = None) -> str:
+    def run(self, argv: Any) -> str:
         if argv[0] == "sinfo":
             return "gpu:nvidia_h100:8(S:0-1)\n(null)\n(null)\n"
         assert list(argv[:3]) == ["scontrol", "-o", "show"], argv

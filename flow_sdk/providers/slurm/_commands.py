@@ -51,14 +51,14 @@ ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RE
 class Cluster:
     """Slurm's commands on this machine's ``PATH``."""
 
-    def run(self, argv: Sequence[str], *, stdin: str | None = None) -> str:
+    def run(self, argv: Sequence[str]) -> str:
         """Run one Slurm command; its standard output."""
         if shutil.which(argv[0]) is None:
             raise SlurmCommandError(
                 f"slurm: `{argv[0]}` is not on PATH here: run on a login node of the cluster "
                 "(where sbatch, squeue and scontrol are), or install Slurm's client commands")
         try:
-            done = subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
+            done = subprocess.run(list(argv), capture_output=True, text=True,
                                   timeout=COMMAND_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             raise SlurmCommandError(f"slurm: `{' '.join(argv)}` did not answer within "

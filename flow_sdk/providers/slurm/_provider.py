@@ -102,7 +102,7 @@ class SlurmProvider(Provider):
                 f"{spec.num_instances} asked; ask for at most {total} or name another "
                 "partition in provider_config['partition']"))
         max_minutes = minutes(partition.get("MaxTime", "UNLIMITED"))
-        if spec.max_run_time_hours is None and self._partition_minutes() is None:
+        if spec.max_run_time_hours is None and _partition_minutes(partition) is None:
             problems.append(FieldProblem(
                 "max_run_time_hours", "the slurm provider needs a time limit for the job and "
                 f"{where} sets none (no DefaultTime or MaxTime); give max_run_time_hours="))
@@ -151,7 +151,8 @@ class SlurmProvider(Provider):
                                   f"{self._partition_name()} ({self._idle_nodes()} of "
                                   f"{partition.get('TotalNodes', '?')} idle, MaxTime "
                                   f"{partition.get('MaxTime', '?')}), time limit "
-                                  f"{self._time_minutes(spec)} min; objects under {self.root}")
+                                  f"{self._time_minutes(spec, partition)} min; objects under "
+                                  f"{self.root}")
 
     def _idle_nodes(self) -> int:
         name = self.settings.options.partition
@@ -181,16 +182,12 @@ class SlurmProvider(Provider):
                                 "one it has in provider_config['partition'] (see `sinfo`)")
         return records[0]
 
-    def _partition_minutes(self) -> int | None:
-        """The partition's time limit for a job that gives none: DefaultTime, else MaxTime."""
-        partition = self._partition()
-        return minutes(partition.get("DefaultTime", "NONE")) or minutes(
-            partition.get("MaxTime", "UNLIMITED"))
-
-    def _time_minutes(self, spec: TaskSpec) -> int | None:
+    def _time_minutes(self, spec: TaskSpec, partition: dict[str, str] | None = None
+                      ) -> int | None:
+        """``--time``: from the cap, else the partition's limit (read here unless given)."""
         if spec.max_run_time_hours is not None:
             return _batch.time_limit_minutes(spec.max_run_time_hours)
-        return self._partition_minutes()
+        return _partition_minutes(partition if partition is not None else self._partition())
 
     def gpus_per_node(self, spec: TaskSpec) -> str | None:
         """``--gpus-per-node``: the GRES type ``gpu_types`` maps the model to (else the
@@ -358,6 +355,12 @@ class SlurmProvider(Provider):
             if not dry_run:
                 self._cancel(task_id, job.job_id)
         return report
+
+def _partition_minutes(partition: Mapping[str, str]) -> int | None:
+    """A partition's time limit for a job that gives none: DefaultTime, else MaxTime."""
+    return minutes(partition.get("DefaultTime", "NONE")) or minutes(
+        partition.get("MaxTime", "UNLIMITED"))
+
 
 def _instance(instance_id: str, task_id: str, address: str, state: InstanceState,
               launched_at: float) -> Instance:

@@ -183,6 +183,16 @@ def cap_passed_unanswered(now: float | None = None) -> Outcome:
                    label="infra")
 
 
+def never_started(waited_s: float, why: str, now: float | None = None) -> Outcome:
+    """The nodes waited in a scheduler's queue for longer than ``availability_timeout_s`` and
+    never started: FAILED, and the caller cancels the job."""
+    return Outcome(TaskStatus.FAILED.value, f"the nodes never started: they waited "
+                   f"{waited_s:.0f} s, longer than availability_timeout_s, and are still "
+                   f"{why}; the job was cancelled. Raise availability_timeout_s to wait longer "
+                   "(a busy shared cluster can queue a job for hours)",
+                   time.time() if now is None else now, label="infra")
+
+
 def launch_left(why: str, now: float | None = None) -> Outcome:
     """A launch whose client went away before saying how it ended (``flow gc`` judges it
     once nothing of it runs): CANCELLED, as an interrupted launch."""

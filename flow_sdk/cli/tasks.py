@@ -32,6 +32,7 @@ def status(task_ref: str | None, as_json: bool) -> None:
         rows: list[tuple[str, object]] = [
             ("task", data["task_id"]), ("name", f"{data['app']}/{data['name']}"),
             ("provider", data["provider"]), ("status", data["status"]),
+            *([("waiting", data["waiting"])] if data["waiting"] else []),
             ("created", when(data["created_at"])),
             ("nodes", f"{len(data['nodes'])} of {data['num_instances']} joined")]
         outcome = data["outcome"]
@@ -75,9 +76,10 @@ def list_tasks(limit: int, provider: str | None, as_json: bool) -> None:
 
 
 def _status_cell(row: dict[str, Any]) -> str:
-    """The status, or the one last seen when the provider cannot answer now, saying so."""
+    """The status (with why its nodes wait in a scheduler's queue), or the one last seen
+    when the provider cannot answer now, saying so."""
     if row["last_known"] is None:
-        return str(row["status"])
+        return str(row["status"]) + (f" ({row['waiting']})" if row["waiting"] else "")
     return f"{row['status']} (last seen; {row['last_known']})"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from flow_sdk.client.pools import PoolStatus, list_pools
 from flow_sdk.client.records import list_client_records, note_last_seen
 from flow_sdk.client.stacks import task_stalls
+from flow_sdk.client import taskstate
 from flow_sdk.client.task import Task
 from flow_sdk.errors import FlowError
 
@@ -36,6 +37,7 @@ class TaskRow:
     # Set when the provider could not answer and the row is what this machine last saw of
     # the task once it ended: why it could not answer.
     last_known: str | None = None
+    waiting: str | None = None  # while its nodes wait in a scheduler's queue: the reason
 
     @property
     def is_terminal(self) -> bool:
@@ -56,13 +58,14 @@ def task_row(record: dict[str, Any], now: float | None = None) -> TaskRow:
     try:
         task = Task.from_id(record["task_id"])
         status = task.status
+        waiting = None if status.is_terminal else task.waiting()
         outcome = task.outcome()
         nodes = task.record().spec.get("num_instances")
         end = outcome.finished_at if outcome is not None else now
         row = TaskRow(**base, status=str(status), nodes=nodes,
                       elapsed_s=max(0.0, end - created) if created else None,
                       cost_so_far=task.cost_so_far(now), cost_per_hour=task.cost_per_hour,
-                      label=outcome.label if outcome is not None else None)
+                      label=outcome.label if outcome is not None else None, waiting=waiting)
     except FlowError as exc:
         seen = _last_seen(record)
         if seen.get("status") not in _TERMINAL:
@@ -110,13 +113,16 @@ def status_data(task: Task) -> dict[str, Any]:
                       "ssh": f"{ssh.user}@{ssh.host}:{ssh.port}"
                       if ssh is not None and instance is not None and instance.state == "running"
                       else None})
+    waiting = None if status.is_terminal else taskstate.waiting(list(instances.values()))
     return {"task_id": task.task_id, "status": str(status), "provider": task.provider.name,
+            "waiting": waiting,
             "name": record.spec.get("name"), "app": record.spec.get("app"),
             "created_at": record.created_at, "num_instances": record.spec.get("num_instances"),
             "outcome": dataclasses.asdict(outcome) if outcome is not None else None,
             "nodes": nodes, "stalls": [s.summary() for s in task_stalls(task)],
             "instances": [{"instance_id": i.instance_id, "address": i.address,
-                           "state": i.state} for i in instances.values()]}
+                           "state": i.state, "waiting": i.waiting or None}
+                          for i in instances.values()]}
 
 
 @dataclass(frozen=True)

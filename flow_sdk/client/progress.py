@@ -29,6 +29,7 @@ from flow_sdk.wire.records import WORKER_ACTIVITIES
 from flow_sdk.providers.base import LaunchPlan
 from flow_sdk.client.failure import HeldTracebacks
 from flow_sdk.client.task import Task
+from flow_sdk.client.taskstate import waiting
 
 StreamChoice = Literal["rank0", "all", "none"]
 STREAM_CHOICES: tuple[StreamChoice, ...] = ("rank0", "all", "none")
@@ -202,7 +203,8 @@ def watch(task: Task, reporter: Reporter, stream: StreamChoice,
 
 
 def wait_running(task: Task, reporter: Reporter) -> TaskStatus:
-    """Poll the phases (provisioning n/N nodes, rendezvous n/N) until the task runs or ends;
+    """Poll the phases (provisioning n/N nodes, with the reason a scheduler's queue gives,
+    rendezvous n/N) until the task runs or ends;
     once it runs, what its workers do until they run the caller's code (``wait_workers``)."""
     expected = int(task.record().spec.get("num_instances", 1))
     status = task.status
@@ -211,8 +213,11 @@ def wait_running(task: Task, reporter: Reporter) -> TaskStatus:
         if joined:
             reporter.phase(f"rendezvous: {joined}/{expected} nodes joined")
         else:
-            up = sum(i.state == "running" for i in task.instances())
-            reporter.phase(f"provisioning: {up}/{expected} nodes up")
+            instances = task.instances()
+            up = sum(i.state == "running" for i in instances)
+            why = waiting(instances)  # a scheduler's queue: the reason it gives
+            reporter.phase(f"provisioning: {up}/{expected} nodes up"
+                           + (f"; {why}" if why else ""))
         time.sleep(_POLL_S)
         status = task.status
     joined = len(task.nodes())

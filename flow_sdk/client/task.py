@@ -10,7 +10,7 @@ from typing import Any, Literal, overload
 from flow_sdk import lifecycle, payload, wire
 from flow_sdk.home import tasksecrets
 from flow_sdk.wire import signing
-from flow_sdk.client import capguard, ssh as _ssh
+from flow_sdk.client import ssh as _ssh, taskstate
 from flow_sdk.client.failure import task_error
 from flow_sdk.client.records import load_client_record, note_last_seen
 from flow_sdk.client.stacks import Stacks, task_stacks
@@ -119,26 +119,24 @@ class Task:
     def status(self) -> TaskStatus:
         """The task's state, read from its records and nodes; reading it writes nothing (a
         task whose nodes all vanished reads FAILED before ``wait`` records why)."""
-        outcome = self.outcome()
-        if outcome is not None:
-            return TaskStatus(outcome.status)
-        if capguard.judged(self) is not None:  # past the cap and its grace: nodes unresponsive
-            return TaskStatus.TIMED_OUT
-        instances = self.instances()  # all gone, no outcome: FAILED, even after one ran
-        if instances and all(i.state == "terminated" for i in instances):
-            outcome = self.outcome()  # a node may have reported just before it exited
-            return TaskStatus.FAILED if outcome is None else TaskStatus(outcome.status)
-        if any(n.phase in (NodePhase.RUNNING, NodePhase.DONE) for n in self.nodes()):
-            return TaskStatus.RUNNING
-        return TaskStatus.PENDING if not instances else TaskStatus.PROVISIONING
+        return taskstate.judge(self)[0]
+
+    def waiting(self) -> str | None:
+        """Why the task's nodes have not started, in the scheduler's words, while they wait
+        in its queue (a pending Slurm job: "queued by Slurm: Resources (...)"); None when no
+        node waits for a reason the provider gives."""
+        return taskstate.waiting(self.instances())
 
     def final_outcome(self) -> Outcome | None:
-        """The recorded outcome, else, once every node vanished without one, the outcome
-        ``lifecycle`` judges for it (recorded by ``wait``); None while the task runs."""
+        """The recorded outcome, else, once the task ended without one, the outcome the
+        caller judges for it (recorded by ``wait``); None while the task runs."""
         outcome = self.outcome()
-        if outcome is not None or self.status is not TaskStatus.FAILED:
+        if outcome is not None:
             return outcome
-        return self.outcome() or self._vanished()
+        status, judged = taskstate.judge(self)
+        if not status.is_terminal:
+            return None
+        return self.outcome() or judged or self._vanished()
 
     def _vanished(self) -> Outcome:
         """The judged outcome of a task whose nodes all exited without reporting one."""
@@ -193,9 +191,9 @@ class Task:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.05
         while True:
-            status = self.status
+            status, judged = taskstate.judge(self)
             if status.is_terminal:
-                status = self._settle()
+                status = self._settle(judged)
                 self._teardown()
                 note_last_seen(self.task_id, {"status": str(status)})  # kept past the store
                 return status
@@ -205,11 +203,11 @@ class Task:
             time.sleep(delay)
             delay = min(delay * 1.2, 0.5)
 
-    def _settle(self) -> TaskStatus:
-        """Record the judged outcome of an ended task that has none; the recorded status."""
-        if self.outcome() is None:  # past the cap (nodes unresponsive), else they vanished
-            late = capguard.judged(self)
-            lifecycle.record_outcome(self.store, self.task_id, late or self._vanished())
+    def _settle(self, judged: Outcome | None) -> TaskStatus:
+        """Record the outcome of an ended task that has none (``judged``, else that of nodes
+        that vanished); the recorded status."""
+        if self.outcome() is None:
+            lifecycle.record_outcome(self.store, self.task_id, judged or self._vanished())
         outcome = self.outcome()
         assert outcome is not None
         return TaskStatus(outcome.status)
@@ -398,3 +396,4 @@ class Task:
         if command is None:
             return _ssh.interactive_shell(endpoint)
         return _ssh.run_command(endpoint, command, timeout=timeout)
+

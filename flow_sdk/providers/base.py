@@ -47,6 +47,9 @@ class Instance:
     zone: str | None = None
     market: str = field(kw_only=True)  # "on-demand" | "spot" | "local"
     instance_type: str = field(kw_only=True)  # the provider's name for the machine
+    # While pending: why, in the scheduler's words ("queued by Slurm: Resources, ..."); ""
+    # when the provider gives no reason (a cloud instance that boots).
+    waiting: str = field(default="", kw_only=True)
 
 
 @dataclass(frozen=True)

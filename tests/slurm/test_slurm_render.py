@@ -13,6 +13,7 @@ from flow_sdk.providers.base import LaunchRequest
 from flow_sdk.providers.launch import ShippedWheel, node_launch
 from flow_sdk.providers.slurm import SlurmProvider, SlurmSettings
 from flow_sdk.providers.slurm._batch import (
+    LOW_PRIORITY_NICE,
     JobOptions,
     instance_id,
     render_batch_script,
@@ -27,6 +28,7 @@ from flow_sdk.providers.slurm._commands import (
     parse_records,
     parse_sbatch,
     parse_squeue,
+    waiting,
 )
 from flow_sdk.spec import build_task_spec
 from flow_sdk.wire import BootConfig, envvars
@@ -101,14 +103,62 @@ def test_the_batch_script_is_one_job_with_one_agent_step_per_node(tmp_path: Path
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
     for option in ("--job-name=flow-train-1", "--comment=flow-task:train-1", "--nodes=2",
-                   "--ntasks-per-node=1", "--time=32", "--no-requeue", "--gpus-per-node=h100:8",
+                   "--time=32", "--no-requeue", "--gpus-per-node=h100:8",
                    "--partition=gpu", "--account=ml", "--mem=0"):
         assert f"#SBATCH {option}" in lines, option
     assert not any("--qos" in line or "--constraint" in line for line in lines)
-    assert lines[-1] == (f"exec srun --ntasks-per-node=1 --nodes=2 --kill-on-bad-exit=0 "
+    assert lines[-1] == (f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 "
                          f"/opt/venv/bin/python -I -S {tmp_path}/boot.py "
                          f"'{tmp_path}/my dir/launch.json'")
     assert "ab" * 32 not in script  # the secret is in the 0600 boot files only
+
+
+def _script(tmp_path: Path, options: JobOptions, **extra: object) -> list[str]:
+    _, launch = _launch(tmp_path)
+    return render_batch_script(
+        launch, task_id="train-1", nodes=4, time_minutes=10, gpus_per_node=None,
+        options=options, python="/p", boot_script=tmp_path / "b.py",
+        launch_file=tmp_path / "l.json", output=tmp_path / "o", **extra).splitlines()
+
+
+def test_min_instances_lets_slurm_start_the_job_on_fewer_nodes(tmp_path: Path) -> None:
+    lines = _script(tmp_path, JobOptions(), min_nodes=2)
+    assert "#SBATCH --nodes=2-4" in lines and "#SBATCH --nodes=4" not in lines
+    assert "#SBATCH --nodes=4" in _script(tmp_path, JobOptions(), min_nodes=4)
+    # the one step runs on every node the job was given, however many that is
+    assert "--nodes" not in lines[-1]
+    # a task count would make Slurm give the least of the range (ntasks = MIN x 1 per node)
+    assert not any(line.startswith("#SBATCH --ntasks") for line in lines)
+
+
+def test_priority_is_the_qos_the_site_maps_it_to_else_a_nice_for_low(tmp_path: Path) -> None:
+    mapped = JobOptions(qos="normal", priority_qos={"high": "urgent", "low": "scavenger"})
+    high = _script(tmp_path, mapped, priority="high")
+    assert "#SBATCH --qos=urgent" in high and "#SBATCH --qos=normal" not in high
+    assert "#SBATCH --qos=scavenger" in _script(tmp_path, mapped, priority="low")
+    med = _script(tmp_path, mapped, priority="med")
+    assert "#SBATCH --qos=normal" in med and not any("--nice" in line for line in med)
+    assert f"#SBATCH --nice={LOW_PRIORITY_NICE}" in _script(tmp_path, JobOptions(),
+                                                             priority="low")
+    unmapped_high = _script(tmp_path, JobOptions(), priority="high")
+    assert not any("--nice" in line or "--qos" in line for line in unmapped_high)
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("5|PENDING||Resources", "queued by Slurm: Resources (the nodes it needs are busy)"),
+    ("5|PENDING||Priority", "queued by Slurm: Priority (jobs of higher priority are ahead of "
+                            "it)"),
+    ("5|PENDING||None", "queued by Slurm"),
+    # limits of a QoS or an account need the accounting database: recorded output
+    ("5|PENDING||QOSMaxJobsPerUserLimit", "queued by Slurm: QOSMaxJobsPerUserLimit (a limit "
+                                          "of its QoS or account holds it)"),
+    ("5|PENDING||AssocGrpGRES", "queued by Slurm: AssocGrpGRES (a limit of its QoS or account "
+                                "holds it)"),
+    ("5|PENDING||SomethingNew", "queued by Slurm: SomethingNew"),
+    ("5|CONFIGURING|n[1-2]|None", "Slurm is starting its nodes (CONFIGURING)"),
+])
+def test_a_pending_job_says_why_it_waits(line: str, shown: str) -> None:
+    assert waiting(parse_squeue(line)["5"]) == shown
 
 
 def test_the_launch_file_names_what_each_node_needs_and_no_secret(tmp_path: Path) -> None:
@@ -127,7 +177,8 @@ def test_the_launch_file_names_what_each_node_needs_and_no_secret(tmp_path: Path
 
 def test_settings_are_checked_and_round_trip(tmp_path: Path) -> None:
     config = {"shared_dir": str(tmp_path), "python": "/usr/bin/python3", "partition": "gpu",
-              "qos": "high", "extra_sbatch": ["--mem=0"], "gpu_types": {"h100": "nvidia_h100"}}
+              "qos": "high", "extra_sbatch": ["--mem=0"], "gpu_types": {"h100": "nvidia_h100"},
+              "priority_qos": {"low": "scavenger"}}
     settings = SlurmSettings.parse(config)
     assert settings.to_config() == config
     assert SlurmSettings.parse(settings.to_config()) == settings
@@ -135,7 +186,9 @@ def test_settings_are_checked_and_round_trip(tmp_path: Path) -> None:
                        ({"extra_sbatch": ["--mem=0\n#SBATCH --x"]}, "extra_sbatch"),
                        ({"extra_sbatch": "--mem=0"}, "extra_sbatch"),
                        ({"python": "python3"}, "absolute path"),
-                       ({"gpu_types": {"h100": ""}}, "gpu_types")):
+                       ({"gpu_types": {"h100": ""}}, "gpu_types"),
+                       ({"priority_qos": {"urgent": "x"}}, "priority_qos"),
+                       ({"priority_qos": {"high": "a b"}}, "priority_qos")):
         with pytest.raises(ProviderError, match=named):
             SlurmSettings.parse(bad)
 

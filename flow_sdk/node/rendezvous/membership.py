@@ -58,14 +58,17 @@ def discover(list_members: Callable[[], Sequence[Member]], self_id: str, expecte
              sleep: Callable[[float], None] = time.sleep) -> Membership:
     """Poll the provider's instance list (one call per poll) until ``expected`` nodes run.
 
-    After ``timeout_s`` it settles for ``minimum`` or more running nodes; below that it
-    raises, naming the nodes that are not running.
+    It settles for ``minimum`` or more running nodes after ``timeout_s``, or at once when no
+    node is still coming (every expected node runs or ended: a scheduler gave the job fewer
+    nodes than it asked for); below ``minimum`` it raises, naming the nodes that are not
+    running.
     """
     deadline = clock() + timeout_s
     while True:
         members = list_members()
         running = [m for m in members if m.state == "running"]
-        if len(running) >= expected:
+        settled = len(members) >= expected and all(m.state != "pending" for m in members)
+        if len(running) >= expected or settled and len(running) >= minimum:
             return assign_ranks(running, self_id)
         if clock() >= deadline:
             if len(running) >= minimum:

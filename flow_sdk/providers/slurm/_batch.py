@@ -2,11 +2,13 @@
 a task is one batch job whose script ``srun``s one node bootstrap per node, and the launch
 file that bootstrap reads. Pure: text in, text out.
 
-The job: ``--nodes`` with one task per node, ``--time`` from the runtime cap plus the
+The job: ``--nodes`` (``MIN-MAX`` with ``min_instances``: Slurm may then start it on fewer)
+with one task per node, ``--time`` from the runtime cap plus the
 scheduler's grace (``wire.runtimecap.SCHEDULER``, so the controller ends the job even with the
 caller gone and every agent frozen), ``--no-requeue`` (a task is never run twice), a name and
 a comment that identify the task (``flow gc`` finds its jobs by them, and never touches
-others), the GPUs per node, and the site's options from the provider config.
+others), the GPUs per node, the task's priority (a QoS the site maps it to, or ``--nice``), and
+the site's options from the provider config.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import math
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flow_sdk.providers.launch import NodeLaunch
@@ -25,6 +27,7 @@ from flow_sdk.wire.runtimecap import SCHEDULER
 JOB_PREFIX = "flow-"  # every job of ours is named flow-TASK_ID
 COMMENT_PREFIX = "flow-task:"  # ... and carries the comment flow-task:TASK_ID
 INSTANCE_ID = "sl{job}-{node:04d}"  # node k of job J; sorts in node order, as ranks follow
+LOW_PRIORITY_NICE = 10000  # ``priority="low"`` where no QoS is named for it: behind the rest
 
 
 def job_name(task_id: str) -> str:
@@ -49,6 +52,16 @@ class JobOptions:
     qos: str | None = None
     constraint: str | None = None
     extra_sbatch: tuple[str, ...] = ()  # further "#SBATCH ..." options, as given
+    priority_qos: Mapping[str, str] = field(default_factory=dict)  # priority -> QoS name
+
+    def priority_options(self, priority: str) -> list[str]:
+        """The options that give a job the task's priority: the QoS the site names for it,
+        else ``--nice`` for ``low`` (any user may lower a job's priority; raising it takes a
+        QoS the site grants), else none (``med``, and ``high`` without a QoS: ``notes``)."""
+        qos = self.priority_qos.get(priority)
+        if qos:
+            return [f"--qos={qos}"]
+        return [f"--nice={LOW_PRIORITY_NICE}"] if priority == "low" else []
 
 
 def time_limit_minutes(cap_hours: float) -> int:
@@ -59,26 +72,31 @@ def time_limit_minutes(cap_hours: float) -> int:
 
 def render_batch_script(launch: NodeLaunch, *, task_id: str, nodes: int, time_minutes: int,
                         gpus_per_node: str | None, options: JobOptions, python: str,
-                        boot_script: Path, launch_file: Path, output: Path) -> str:
+                        boot_script: Path, launch_file: Path, output: Path,
+                        min_nodes: int | None = None, priority: str = "med") -> str:
     """The job's batch script: its ``#SBATCH`` options, then one ``srun`` step that runs the
-    node bootstrap once on each node."""
+    node bootstrap once on each node the job was given."""
+    counts = f"{min_nodes}-{nodes}" if min_nodes not in (None, nodes) else str(nodes)
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name={job_name(task_id)}",
              f"#SBATCH --comment={job_comment(task_id)}",
-             f"#SBATCH --nodes={nodes}",
-             "#SBATCH --ntasks-per-node=1",
+             f"#SBATCH --nodes={counts}",  # no task count: Slurm would size a range by it
              f"#SBATCH --time={time_minutes}",
              "#SBATCH --no-requeue",
              f"#SBATCH --output={output}",
              "#SBATCH --open-mode=append"]
     if gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    chosen = options.priority_options(priority)
+    qos = None if any(o.startswith("--qos=") for o in chosen) else options.qos
     for flag, value in (("partition", options.partition), ("account", options.account),
-                        ("qos", options.qos), ("constraint", options.constraint)):
+                        ("qos", qos), ("constraint", options.constraint)):
         if value:
             lines.append(f"#SBATCH --{flag}={value}")
+    lines += [f"#SBATCH {option}" for option in chosen]
     lines += [f"#SBATCH {extra}" for extra in options.extra_sbatch]
-    step = ["srun", "--ntasks-per-node=1", f"--nodes={nodes}", "--kill-on-bad-exit=0",
+    # the step runs on every node of the allocation, however many Slurm gave (min_nodes)
+    step = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
             python, "-I", "-S", str(boot_script), str(launch_file)]
     lines += ["set -eu", f"# task {task_id}: {launch.module} on each node",
               "exec " + shlex.join(step)]

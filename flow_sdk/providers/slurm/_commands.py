@@ -70,6 +70,39 @@ class Cluster:
         return done.stdout
 
 
+# What Slurm's commonest reasons for a pending job mean to the person waiting; others are shown
+# as Slurm words them. Limits of a QoS or an account (``QOS...``, ``Assoc...``) need the
+# accounting database, which many clusters have.
+_REASONS = {
+    "Priority": "jobs of higher priority are ahead of it",
+    "Resources": "the nodes it needs are busy",
+    "Dependency": "it waits for another job",
+    "BeginTime": "its start time has not come",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "PartitionDown": "its partition is down",
+    "PartitionInactive": "its partition is inactive",
+    "PartitionNodeLimit": "it asks for more nodes than its partition allows",
+    "PartitionTimeLimit": "it asks for more time than its partition allows",
+    "JobHeldUser": "a user held it (`scontrol release JOBID` lets it go)",
+    "JobHeldAdmin": "an administrator held it",
+    "Reservation": "it waits for its reservation",
+}
+
+
+def waiting(job: JobState) -> str:
+    """Why a job that has not started waits, for the person waiting: Slurm's reason and, for
+    the common ones, what it means."""
+    if job.state != "PENDING":
+        return f"Slurm is starting its nodes ({job.state})"
+    reason = job.reason.strip()
+    if reason in ("", "None"):
+        return "queued by Slurm"
+    meaning = _REASONS.get(reason)
+    if meaning is None and reason.startswith(("QOS", "Assoc")):
+        meaning = "a limit of its QoS or account holds it"
+    return f"queued by Slurm: {reason}" + (f" ({meaning})" if meaning else "")
+
+
 def parse_fields(line: str) -> dict[str, str]:
     """One ``scontrol -o show ...`` line as its ``Key=Value`` fields (a value runs to the
     next field; values with spaces, like ``Reason=``, keep them)."""

@@ -47,6 +47,7 @@ from flow_sdk.providers.slurm._commands import (
     parse_named_squeue,
     parse_sbatch,
     parse_squeue,
+    waiting,
 )
 from flow_sdk.providers.slurm._settings import SlurmSettings
 from flow_sdk.spec import TaskSpec
@@ -129,6 +130,14 @@ class SlurmProvider(Provider):
                     "gpu", f"{where} has {has}, not {kind}; ask for one of those, or map the "
                     "model to the cluster's GRES type in provider_config['gpu_types']"))
         return problems
+
+    def notes(self, spec: TaskSpec) -> list[str]:
+        notes = super().notes(spec)
+        if spec.priority == "high" and "high" not in self.settings.options.priority_qos:
+            notes.append("priority='high' runs at the cluster's default priority: raising a "
+                         "job's priority takes a QoS the site grants; name it in "
+                         "provider_config['priority_qos']['high']")
+        return notes
 
     def _gres_types(self) -> set[str]:
         """The GPU types the partition's nodes have (``gpu:TYPE:COUNT`` GRES)."""
@@ -254,7 +263,8 @@ class SlurmProvider(Provider):
             launch, task_id=task_id, nodes=spec.num_instances, time_minutes=time_minutes,
             gpus_per_node=self.gpus_per_node(spec), options=self.settings.options,
             python=self.settings.python, boot_script=self._boot_script(),
-            launch_file=launch_file, output=job_dir / "slurm-%j.out"))
+            launch_file=launch_file, output=job_dir / "slurm-%j.out",
+            min_nodes=spec.min_instances, priority=spec.priority))
         return parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
 
     def _boot_script(self) -> Path:
@@ -304,14 +314,18 @@ class SlurmProvider(Provider):
             return [_instance(_batch.instance_id(job_id, k), task_id, "", "terminated",
                               launched) for k in range(count)]
         if not job.running or not job.nodes:
-            return [_instance(_batch.instance_id(job_id, k), task_id, "", "pending", launched)
-                    for k in range(count)]
+            why = waiting(job)
+            return [_instance(_batch.instance_id(job_id, k), task_id, "", "pending", launched,
+                              why) for k in range(count)]
         names = self.cluster.run(["scontrol", "show", "hostnames", job.nodes]).split()
         addresses = {r.get("NodeName", ""): r.get("NodeAddr", "")
                      for r in parse_records(self.cluster.run(["scontrol", "-o", "show",
                                                               "node", job.nodes]))}
-        return [_instance(_batch.instance_id(job_id, k), task_id, addresses.get(name, ""),
-                          "running", launched) for k, name in enumerate(names)]
+        # with min_instances Slurm may give the job fewer nodes: the others never come
+        return [_instance(_batch.instance_id(job_id, k), task_id,
+                          addresses.get(names[k], "") if k < len(names) else "",
+                          "running" if k < len(names) else "terminated", launched)
+                for k in range(max(count, len(names)))]
 
     def terminate(self, task_id: str) -> None:
         job_id = self._job_id(task_id)
@@ -363,6 +377,6 @@ def _partition_minutes(partition: Mapping[str, str]) -> int | None:
 
 
 def _instance(instance_id: str, task_id: str, address: str, state: InstanceState,
-              launched_at: float) -> Instance:
+              launched_at: float, why: str = "") -> Instance:
     return Instance(instance_id, task_id, address, state, launched_at, market="slurm",
-                    instance_type="node")
+                    instance_type="node", waiting=why)

@@ -13,7 +13,8 @@ from flow_sdk.errors import ProviderError
 from flow_sdk.providers.slurm._batch import JobOptions
 
 _CONFIG_KEYS = ("shared_dir", "python", "partition", "account", "qos", "constraint",
-                "extra_sbatch", "gpu_types")
+                "extra_sbatch", "gpu_types", "priority_qos")
+_PRIORITIES = ("low", "med", "high")
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,22 @@ class SlurmSettings:
                 isinstance(k, str) and isinstance(v, str) and v for k, v in gpu_types.items()):
             raise ProviderError("provider_config['gpu_types'] maps a GPU name of gpu= to the "
                                 "cluster's GRES type, like {'h100': 'nvidia_h100_80gb'}")
+        priority_qos = config.get("priority_qos") or {}
+        if not isinstance(priority_qos, dict) or not all(
+                k in _PRIORITIES and isinstance(v, str) and v and not any(c.isspace() for c in v)
+                for k, v in priority_qos.items()):
+            raise ProviderError("provider_config['priority_qos'] maps a priority= value "
+                                f"({', '.join(_PRIORITIES)}) to one of the cluster's QoS "
+                                "names, like {'high': 'urgent', 'low': 'scavenger'}, not "
+                                + repr(priority_qos))
         shared = config.get("shared_dir")
         python = config.get("python") or sys.executable
         if not isinstance(python, str) or not python.startswith("/"):
             raise ProviderError("provider_config['python'] must be an absolute path to the "
                                 f"interpreter the nodes run, not {python!r}")
         return cls(Path(shared).expanduser() if shared else Path.home() / ".flow-slurm",
-                   python, JobOptions(extra_sbatch=tuple(extra), **texts), dict(gpu_types))
+                   python, JobOptions(extra_sbatch=tuple(extra), priority_qos=dict(priority_qos),
+                                      **texts), dict(gpu_types))
 
     def to_config(self) -> dict[str, Any]:
         options = self.options
@@ -65,6 +75,8 @@ class SlurmSettings:
                 config[key] = getattr(options, key)
         if options.extra_sbatch:
             config["extra_sbatch"] = list(options.extra_sbatch)
+        if options.priority_qos:
+            config["priority_qos"] = dict(options.priority_qos)
         if self.gpu_types:
             config["gpu_types"] = dict(self.gpu_types)
         return config

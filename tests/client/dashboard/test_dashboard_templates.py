@@ -49,7 +49,7 @@ def _only_our_markup(html: str) -> None:
 
 
 def _row() -> TaskRow:
-    return TaskRow(H, H, H, H, f"FAILED {H}", 2, 1.0, 5.0, 0.1, 1.0, H)
+    return TaskRow(H, H, H, H, f"FAILED {H}", 2, 1.0, 5.0, 0.1, 1.0, H, waiting=H)
 
 
 def _state() -> TaskState:
@@ -57,7 +57,8 @@ def _state() -> TaskState:
             "ssh": H}
     error = ErrorView(H, H, H, 0, 1, 2, H, [H], [H], H, H)
     stall = StallRecord(1, [0], [0], 5.0, 5.0, 1, "warn", H, 1.0)
-    return TaskState(_row(), {"nodes": [node], "num_instances": 1, "stalls": [H]}, error,
+    return TaskState(_row(), {"nodes": [node], "num_instances": 1, "stalls": [H],
+                                "waiting": H}, error,
                      [StallView(stall, [StackDump(0, 0, H, 1.0, H)])])
 
 

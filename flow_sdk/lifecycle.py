@@ -31,7 +31,8 @@ from flow_sdk import wire
 from flow_sdk.home import poolfiles, tasksecrets
 from flow_sdk.errors import RecordError, SignatureError
 from flow_sdk.wire import LaunchLease, Outcome, TaskRecord, TaskStatus, runtimecap
-from flow_sdk.providers.base import GcReport, ObjectStore, Provider
+from flow_sdk.providers.base import ObjectStore, Provider, SchedulerEnd
+from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.providers.objects_gc import ObjectsReport, remove_finished_tasks
 from flow_sdk.wire.pools import MemberRecord, PoolRecord, members_prefix, pool_key
 from flow_sdk.wire.signing import SignedStore
@@ -158,9 +159,11 @@ def launch_refused(exc: BaseException, now: float | None = None) -> Outcome:
 
 
 def nodes_vanished(agent_tail: list[str], boot_tail: list[str],
-                   now: float | None = None) -> Outcome:
-    """Every node is gone and none wrote an outcome: FAILED, saying where they died (the
-    agents' last lines, else — no agent logged — the nodes' boot output)."""
+                   end: SchedulerEnd | None = None, now: float | None = None) -> Outcome:
+    """Every node is gone and none wrote an outcome: FAILED (CANCELLED where someone
+    cancelled the job outside the task), saying what ended them when the provider's scheduler
+    knows (``end``), and where they died (the agents' last lines, else — no agent logged — the
+    nodes' boot output)."""
     tail, what = agent_tail, "agent lines"
     message = ("every node exited without reporting an outcome (a node agent crashed or "
                "was killed)")
@@ -168,9 +171,12 @@ def nodes_vanished(agent_tail: list[str], boot_tail: list[str],
         tail, what = boot_tail, "boot output"
         message = ("every node exited in boot, before its agent logged (install, image "
                    "pull, volumes or boot_timeout_s)")
+    if end is not None:
+        message = end.message
     if tail:
         message += f"; last {what}:\n  " + "\n  ".join(tail)
-    return Outcome(TaskStatus.FAILED.value, message, time.time() if now is None else now,
+    status = TaskStatus.CANCELLED if end is not None and end.cancelled else TaskStatus.FAILED
+    return Outcome(status.value, message, time.time() if now is None else now,
                    log_tail=tail, label="infra")
 
 

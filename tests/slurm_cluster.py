@@ -260,7 +260,9 @@ def _config(root: Path, munge_socket: Path, nodes: Sequence[SlurmNode], cpus: in
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill", "MpiDefault=none", "MailProg=/bin/true",
-        "ReturnToService=2", "SlurmdTimeout=10", "InactiveLimit=0", "KillWait=5",
+        # as at most sites: a node that stopped answering returns when its slurmd is back,
+        # one an administrator set down stays down until resumed
+        "ReturnToService=1", "SlurmdTimeout=10", "InactiveLimit=0", "KillWait=5",
         "MessageTimeout=10", "JobCompType=jobcomp/none",
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",

@@ -19,6 +19,7 @@ from flow_sdk.home import tasksecrets
 from flow_sdk.wire import signing
 from flow_sdk.errors import TaskFailedError
 from flow_sdk.wire import Outcome
+from flow_sdk.providers.base import SchedulerEnd
 from flow_sdk.providers.local import LocalProvider
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,6 +157,12 @@ def test_the_vanished_nodes_judgement_names_where_they_died() -> None:
     assert in_boot.message.startswith("every node exited in boot")
     assert "last boot output:\n  pip: no such package" in in_boot.message
     assert lifecycle.nodes_vanished([], [], now=5.0).log_tail == []
+    # what the provider's scheduler says ended them leads, with the agents' lines after it
+    failed = lifecycle.nodes_vanished(["agent: stop"], [], SchedulerEnd("job 3 ended NODE_FAIL"))
+    assert failed.status == "FAILED" and failed.label == "infra"
+    assert failed.message.startswith("job 3 ended NODE_FAIL; last agent lines:\n  agent: stop")
+    cancelled = lifecycle.nodes_vanished([], [], SchedulerEnd("job 3 was cancelled", True))
+    assert cancelled.status == "CANCELLED" and cancelled.message == "job 3 was cancelled"
 
 
 def test_reading_a_vanished_tasks_status_writes_nothing_and_wait_records_it() -> None:

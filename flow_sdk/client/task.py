@@ -142,7 +142,7 @@ class Task:
         """The judged outcome of a task whose nodes all exited without reporting one."""
         agent = self.logs(source="agent", tail=10)
         boot = [] if agent else self.logs(source="boot", tail=20)
-        return lifecycle.nodes_vanished(agent, boot)
+        return lifecycle.nodes_vanished(agent, boot, self.provider.scheduler_end(self._nodes_id))
 
     @property
     def spec(self) -> TaskSpec:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from flow_sdk.errors import FieldProblem, ProviderError, ValidationError, VolumeError
 from flow_sdk.providers.capabilities import Capabilities
+from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.spec import TaskSpec, VolumeSpec
 from flow_sdk.wire import BootConfig
 
@@ -47,9 +48,7 @@ class Instance:
     zone: str | None = None
     market: str = field(kw_only=True)  # "on-demand" | "spot" | "local"
     instance_type: str = field(kw_only=True)  # the provider's name for the machine
-    # While pending: why, in the scheduler's words ("queued by Slurm: Resources, ..."); ""
-    # when the provider gives no reason (a cloud instance that boots).
-    waiting: str = field(default="", kw_only=True)
+    waiting: str = field(default="", kw_only=True)  # pending: why, as a scheduler says it
 
 
 @dataclass(frozen=True)
@@ -257,30 +256,12 @@ class NoVolumes(Volumes):
                           f"{sorted(spec.volumes)} cannot be mounted")
 
 
-@dataclass
-class GcReport:
-    """What ``gc`` found and did. With ``dry_run`` the same lists say what it would do."""
+@dataclass(frozen=True)
+class SchedulerEnd:
+    """How a scheduler ended a task's nodes (``Provider.scheduler_end``)."""
 
-    provider: str
-    dry_run: bool
-    terminated_instances: list[str] = field(default_factory=list)
-    stopped_processes: list[int] = field(default_factory=list)  # nodes played by processes
-    deleted: list[str] = field(default_factory=list)
-    deferred: list[str] = field(default_factory=list)  # still in use: the next gc removes them
-    live_tasks: list[str] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict)  # task id -> why it was reclaimed
-
-    def __str__(self) -> str:
-        reclaim, stop = ("would reclaim", "would stop") if self.dry_run else ("reclaimed",
-                                                                              "stopped")
-        lines = [(f"{self.provider}: {reclaim}: {len(self.terminated_instances)} instance(s), "
-                  f"{len(self.deleted)} other resource(s); {stop} "
-                  f"{len(self.stopped_processes)} process(es) of {len(self.reasons)} ended or "
-                  f"orphaned task(s); {len(self.deferred)} deferred; "
-                  f"{len(self.live_tasks)} live task(s) kept")]
-        lines += [f"  task {task}: {why}" for task, why in sorted(self.reasons.items())]
-        lines += [f"  deferred: {item}" for item in self.deferred]
-        return "\n".join(lines)
+    message: str  # what it did, naming the node where one was lost
+    cancelled: bool = False  # someone outside the task cancelled its job: CANCELLED
 
 
 class Provider(abc.ABC):
@@ -375,6 +356,13 @@ class Provider(abc.ABC):
         """Stop some of a task's nodes (a lost node before its replacement starts)."""
         raise ProviderError(f"the {self.name} provider cannot terminate single nodes; "
                             "set max_restarts=0")
+
+    def scheduler_end(self, task_id: str) -> SchedulerEnd | None:
+        """How the provider's scheduler ended the task's nodes, asked once they all stopped
+        without an outcome (a Slurm job cancelled with ``scancel``, or ended by a node that
+        went down); None where nothing outside the task ended them, or it cannot tell.
+        Providers without a scheduler keep this default."""
+        return None
 
     def interruption_notice(self, instance_id: str) -> str | None:
         """The notice that this node (``instance_id``, the caller's own) is about to be taken

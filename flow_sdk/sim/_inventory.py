@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flow_sdk.providers.aws._clients import Clients
-from flow_sdk.providers.base import GcReport
+from flow_sdk.providers.gcreport import GcReport
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 

@@ -32,7 +32,8 @@ from flow_sdk.aws_clients import make_client
 from flow_sdk.errors import FieldProblem, ProviderError, ServiceNotRunningError
 from flow_sdk.system import procs
 from flow_sdk.providers.aws import AwsConfig, AwsProvider
-from flow_sdk.providers.base import GcReport, SshEndpoint
+from flow_sdk.providers.base import SshEndpoint
+from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.sim._access import KEYS_FILE, AccountKeys, read_keys
 from flow_sdk.sim._inventory import SimGcReport, holdings
 from flow_sdk.sim._nodes import SimulatedNodes

@@ -30,7 +30,7 @@ from flow_sdk.providers.aws._resources import (
     tag_value,
     tagged_resources,
 )
-from flow_sdk.providers.base import GcReport
+from flow_sdk.providers.gcreport import GcReport
 
 EMPTY_TASK_ID = "carries an empty task id"
 

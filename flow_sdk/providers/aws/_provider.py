@@ -50,7 +50,6 @@ from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeRuntime
 from flow_sdk.providers.aws._s3store import S3ObjectStore
 from flow_sdk.providers.aws._volumes import AwsVolumes, sample_mounts
 from flow_sdk.providers.base import (
-    GcReport,
     Instance,
     LaunchPlan,
     LaunchRequest,
@@ -60,6 +59,7 @@ from flow_sdk.providers.base import (
     SshEndpoint,
     Volumes,
 )
+from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.spec import TaskSpec
 
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")

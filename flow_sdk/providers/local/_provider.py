@@ -31,7 +31,6 @@ from flow_sdk._config import flow_home
 from flow_sdk.catalog import CatalogError, gpu_count_problem
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.providers.base import (
-    GcReport,
     Instance,
     InstanceState,
     LaunchPlan,
@@ -44,6 +43,7 @@ from flow_sdk.providers.base import (
     Volumes,
     boot_stream,
 )
+from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.providers.capabilities import Capabilities, Support
 from flow_sdk.providers.launch import NodeLaunch, node_launch
 from flow_sdk.providers.local import _gpus, _node, _sshd

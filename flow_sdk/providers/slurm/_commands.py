@@ -43,6 +43,12 @@ class JobState:
     def running(self) -> bool:
         return self.state == "RUNNING"
 
+    @property
+    def over(self) -> bool:
+        """Ended, with every process of it gone (past ``COMPLETING``, while Slurm kills
+        them; ``scontrol`` shows how it ended only after that)."""
+        return not self.active and self.state != "COMPLETING"
+
 
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED",
                            "RESIZING", "SIGNALING", "STAGE_OUT"})

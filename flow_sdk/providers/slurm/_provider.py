@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.providers.base import (
-    GcReport,
     Instance,
     InstanceState,
     LaunchPlan,
@@ -30,32 +29,30 @@ from flow_sdk.providers.base import (
     LogStore,
     ObjectStore,
     Provider,
+    SchedulerEnd,
 )
+from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.providers.capabilities import Capabilities, Support
 from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs, replace_file
 from flow_sdk.providers.launch import NodeLaunch, node_launch, ship_wheels
 from flow_sdk.providers.slurm import _batch
 from flow_sdk.providers.slurm._commands import (
-    JOB_FIELDS,
     NAMED_JOB_FIELDS,
     Cluster,
     JobState,
-    SlurmCommandError,
-    job_from_scontrol,
     minutes,
     parse_records,
     parse_named_squeue,
     parse_sbatch,
-    parse_squeue,
     waiting,
 )
+from flow_sdk.providers.slurm._jobs import Jobs
 from flow_sdk.providers.slurm._settings import SlurmSettings
 from flow_sdk.spec import TaskSpec
 from flow_sdk.system import procs
 from flow_sdk.wire.runtimecap import SCHEDULER
 
 BOOT_SCRIPT = Path(__file__).with_name("boot.py")
-STOP_WAIT_S = 30.0  # after scancel, how long terminate waits for the job to leave the nodes
 
 
 class SlurmProvider(Provider):
@@ -69,6 +66,7 @@ class SlurmProvider(Provider):
         self.settings = settings
         self.root = settings.shared_dir
         self.cluster = cluster or Cluster()
+        self.jobs = Jobs(self.cluster)
         self._store = FileObjectStore(self.root / "store")
         self._logs = FileLogStore(self.root / "logs")
 
@@ -276,32 +274,10 @@ class SlurmProvider(Provider):
             replace_file(path, data.decode("utf-8"))
         return path
 
-    def _queued(self, job_id: str) -> JobState | None:
-        """The job as ``squeue`` shows it; None once it has left the queue (``squeue -j``
-        then refuses the id)."""
-        try:
-            output = self.cluster.run(["squeue", "-h", "-j", job_id, "-o", JOB_FIELDS])
-        except SlurmCommandError as exc:
-            if "Invalid job id" in str(exc):
-                return None
-            raise
-        return parse_squeue(output).get(job_id)
-
     def job_state(self, task_id: str) -> JobState | None:
-        """The task's job as the controller reports it: ``squeue`` first, then ``scontrol``
-        (a job stays there a while after it ends); None when neither knows it."""
+        """The task's job as the controller reports it; None when Slurm does not know it."""
         job_id = self._job_id(task_id)
-        if job_id is None:
-            return None
-        queued = self._queued(job_id)
-        if queued is not None:
-            return queued
-        try:
-            records = parse_records(self.cluster.run(["scontrol", "-o", "show", "job",
-                                                      job_id]))
-        except SlurmCommandError:  # "Invalid job id specified": it ended a while ago
-            return None
-        return job_from_scontrol(records[0]) if records else None
+        return self.jobs.state(job_id) if job_id is not None else None
 
     def list_instances(self, task_id: str) -> list[Instance]:
         recorded = self._job(task_id)
@@ -310,41 +286,29 @@ class SlurmProvider(Provider):
         job_id, count, launched = str(recorded["job_id"]), recorded["nodes"], recorded[
             "launched_at"]
         job = self.job_state(task_id)
-        if job is None or not job.active:
+        if job is None or job.over:
             return [_instance(_batch.instance_id(job_id, k), task_id, "", "terminated",
                               launched) for k in range(count)]
-        if not job.running or not job.nodes:
+        if not (job.running or job.state == "COMPLETING") or not job.nodes:
             why = waiting(job)
             return [_instance(_batch.instance_id(job_id, k), task_id, "", "pending", launched,
                               why) for k in range(count)]
-        names = self.cluster.run(["scontrol", "show", "hostnames", job.nodes]).split()
-        addresses = {r.get("NodeName", ""): r.get("NodeAddr", "")
-                     for r in parse_records(self.cluster.run(["scontrol", "-o", "show",
-                                                              "node", job.nodes]))}
+        given = self.jobs.nodes(job.nodes)  # (name, NodeAddr) in the job's node order
         # with min_instances Slurm may give the job fewer nodes: the others never come
         return [_instance(_batch.instance_id(job_id, k), task_id,
-                          addresses.get(names[k], "") if k < len(names) else "",
-                          "running" if k < len(names) else "terminated", launched)
-                for k in range(max(count, len(names)))]
+                          given[k][1] if k < len(given) else "",
+                          "running" if k < len(given) else "terminated", launched)
+                for k in range(max(count, len(given)))]
+
+    def scheduler_end(self, task_id: str) -> SchedulerEnd | None:
+        job_id = self._job_id(task_id)
+        return self.jobs.ended_by(job_id) if job_id is not None else None
 
     def terminate(self, task_id: str) -> None:
         job_id = self._job_id(task_id)
         if job_id is not None:
-            self._cancel(task_id, job_id)
+            self.jobs.cancel(task_id, job_id)
         shutil.rmtree(self._job_dir(task_id) / "boot", ignore_errors=True)  # secrets
-
-    def _cancel(self, task_id: str, job_id: str) -> None:
-        """Cancel the job, and wait until Slurm has ended every process of it (the job has
-        left ``COMPLETING``)."""
-        self.cluster.run(["scancel", "--full", job_id])
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline:
-            job = self._queued(job_id)
-            if job is None or not (job.active or job.state == "COMPLETING"):
-                return
-            time.sleep(0.2)
-        raise ProviderError(f"slurm: job {job_id} of task {task_id} was cancelled but still "
-                            f"runs after {STOP_WAIT_S:.0f}s; see `squeue -j {job_id}`")
 
     def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
            ) -> GcReport:
@@ -367,7 +331,7 @@ class SlurmProvider(Provider):
             report.reasons[task_id] = why
             report.terminated_instances.append(f"job {job.job_id}")
             if not dry_run:
-                self._cancel(task_id, job.job_id)
+                self.jobs.cancel(task_id, job.job_id)
         return report
 
 def _partition_minutes(partition: Mapping[str, str]) -> int | None:

@@ -27,7 +27,6 @@ from typing import Any, ClassVar
 
 from flow_sdk.errors import FieldProblem, ProviderError
 from flow_sdk.providers.base import (
-    GcReport,
     Instance,
     InstanceState,
     LaunchPlan,
@@ -36,6 +35,7 @@ from flow_sdk.providers.base import (
     ObjectStore,
     Provider,
 )
+from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs, replace_file
 from flow_sdk.providers.launch import NodeLaunch, node_launch, ship_wheels
 from flow_sdk.spec import TaskSpec

@@ -1,0 +1,106 @@
+"""A job's life as the Slurm controller reports it: its state (``squeue`` first, then
+``scontrol show job``, which keeps an ended job a while; never ``sacct``, which needs the
+accounting database), the nodes it was given with their addresses, what ended it when the
+task did not, and its cancel."""
+
+from __future__ import annotations
+
+import time
+
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers.base import SchedulerEnd
+from flow_sdk.providers.slurm._commands import (
+    JOB_FIELDS,
+    Cluster,
+    JobState,
+    SlurmCommandError,
+    job_from_scontrol,
+    parse_records,
+    parse_squeue,
+)
+
+STOP_WAIT_S = 30.0  # after scancel, how long a cancel waits for the job to leave the nodes
+_DOWN_STATES = ("DOWN", "DRAIN", "FAIL")  # words of a node state that took a job's node away
+
+
+class Jobs:
+    """The cluster's jobs, by job id."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def queued(self, job_id: str) -> JobState | None:
+        """The job as ``squeue`` shows it; None once it has left the queue (``squeue -j``
+        then refuses the id)."""
+        try:
+            output = self.cluster.run(["squeue", "-h", "-j", job_id, "-o", JOB_FIELDS])
+        except SlurmCommandError as exc:
+            if "Invalid job id" in str(exc):
+                return None
+            raise
+        return parse_squeue(output).get(job_id)
+
+    def state(self, job_id: str) -> JobState | None:
+        """The job: ``squeue`` first, then ``scontrol`` (a job stays there a while after it
+        ends); None when neither knows it."""
+        return self.queued(job_id) or self._shown(job_id)
+
+    def _shown(self, job_id: str) -> JobState | None:
+        try:
+            records = parse_records(self.cluster.run(["scontrol", "-o", "show", "job",
+                                                      job_id]))
+        except SlurmCommandError:  # "Invalid job id specified": it ended a while ago
+            return None
+        return job_from_scontrol(records[0]) if records else None
+
+    def nodes(self, node_list: str) -> list[tuple[str, str]]:
+        """Each node of a job's node list as (name, ``NodeAddr``), in the job's node order
+        (``SLURM_NODEID``)."""
+        names = self.cluster.run(["scontrol", "show", "hostnames", node_list]).split()
+        addresses = {r.get("NodeName", ""): r.get("NodeAddr", "")
+                     for r in parse_records(self.cluster.run(["scontrol", "-o", "show",
+                                                              "node", node_list]))}
+        return [(name, addresses.get(name, "")) for name in names]
+
+    def ended_by(self, job_id: str) -> SchedulerEnd | None:
+        """What Slurm says ended the job: cancelled from outside (``scancel``), one of its
+        nodes going down (named, with Slurm's reason for it), or another end of Slurm's own
+        (``TIMEOUT``, ``PREEMPTED``, ``NODE_FAIL``...); None for a job that completed, still
+        runs, or that Slurm no longer knows."""
+        job = self._shown(job_id)
+        if job is None or not job.over or job.state == "COMPLETED":
+            return None
+        if job.state == "CANCELLED":
+            return SchedulerEnd(f"slurm: job {job_id} was CANCELLED from outside the task "
+                                "(`scancel` by its user or an administrator)", cancelled=True)
+        down = self.down_nodes(job.nodes)
+        return SchedulerEnd(f"slurm: job {job_id} ended {job.state}"
+                            + (f": {'; '.join(down)}" if down else ""))
+
+    def down_nodes(self, node_list: str) -> list[str]:
+        """The nodes of a job's node list that are down, drained or failing, each as "node K
+        (NAME) is STATE: REASON", K its place in the job (its ``SLURM_NODEID``)."""
+        if not node_list:
+            return []
+        names = self.cluster.run(["scontrol", "show", "hostnames", node_list]).split()
+        found = []
+        for record in parse_records(self.cluster.run(["scontrol", "-o", "show", "node",
+                                                      node_list])):
+            name, state = record.get("NodeName", ""), record.get("State", "")
+            if name in names and any(word in state for word in _DOWN_STATES):
+                reason = record.get("Reason", "").split(" [")[0] or "no reason given"
+                found.append(f"node {names.index(name)} ({name}) is {state.lower()}: {reason}")
+        return found
+
+    def cancel(self, task_id: str, job_id: str) -> None:
+        """Cancel the job, and wait until Slurm has ended every process of it (the job has
+        left ``COMPLETING``)."""
+        self.cluster.run(["scancel", "--full", job_id])
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline:
+            job = self.queued(job_id)
+            if job is None or job.over:
+                return
+            time.sleep(0.2)
+        raise ProviderError(f"slurm: job {job_id} of task {task_id} was cancelled but still "
+                            f"runs after {STOP_WAIT_S:.0f}s; see `squeue -j {job_id}`")

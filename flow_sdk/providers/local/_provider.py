@@ -53,7 +53,7 @@ from flow_sdk.providers.files import (
     private_dirs,
     replace_file,
 )
-from flow_sdk.providers.local._volumes import LocalProviderVolumes
+from flow_sdk.providers.dirvolumes import DirectoryVolumes
 from flow_sdk.spec import TaskSpec
 
 
@@ -90,7 +90,8 @@ class LocalProvider(Provider):
         self._store = FileObjectStore(self.root / "store")
         self._logs = LocalLogStore(self.root / "logs")
         self._sshd_ok: set[str] = set()  # sshd binaries that accepted a node config here
-        self._volumes = LocalProviderVolumes(self, self.root)
+        self._volumes = DirectoryVolumes(self, self.root, self.root / "instances",
+                                         caches=self.root / "cache" / "s3")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalProvider:

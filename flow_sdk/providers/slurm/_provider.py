@@ -30,7 +30,9 @@ from flow_sdk.providers.base import (
     ObjectStore,
     Provider,
     SchedulerEnd,
+    Volumes,
 )
+from flow_sdk.providers.dirvolumes import DirectoryVolumes
 from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.providers.capabilities import Capabilities, Support
 from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs, replace_file
@@ -58,7 +60,7 @@ BOOT_SCRIPT = Path(__file__).with_name("boot.py")
 class SlurmProvider(Provider):
     name: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        interconnect=Support.NOTED,
+        file_volumes=Support.HONOURED, s3_mounts=Support.HONOURED, interconnect=Support.NOTED,
         notes={"interconnect": "the cluster's own fabric carries the traffic between nodes "
                                "(its administrators chose it)"})
 
@@ -69,6 +71,8 @@ class SlurmProvider(Provider):
         self.jobs = Jobs(self.cluster)
         self._store = FileObjectStore(self.root / "store")
         self._logs = FileLogStore(self.root / "logs")
+        # file volumes: folders on the shared filesystem, each node's S3 caches its own
+        self._volumes = DirectoryVolumes(self, self.root, self.root / "jobs")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> SlurmProvider:
@@ -84,6 +88,10 @@ class SlurmProvider(Provider):
     @property
     def logs(self) -> LogStore:
         return self._logs
+
+    @property
+    def volumes(self) -> Volumes:
+        return self._volumes
 
     # -- before launch -----------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""Named volumes of the ``local`` provider: directories under the flow data dir.
+"""Named volumes as directories on a filesystem the caller and the nodes share: this machine's
+for the ``local`` provider, a cluster's shared filesystem for ``slurm``.
 
-``LocalProviderVolumes`` is ``LocalProvider.volumes``; ``LocalVolumes`` keeps the directories.
+``DirectoryVolumes`` is such a provider's ``volumes``; ``VolumeDirs`` keeps the directories.
 
-Layout, under the local provider's root (``$FLOW_HOME/local`` by default)::
+Layout, under the provider's root (``$FLOW_HOME/local`` for the local provider)::
 
     volumes/<name>/volume.json   name, size_gb, interface, created_at
     volumes/<name>/data/         what tasks see at the volume's mount path
@@ -11,7 +12,7 @@ Layout, under the local provider's root (``$FLOW_HOME/local`` by default)::
 A volume is created by renaming a fully written temporary directory into place, so two
 nodes creating the same volume at once both end up with the one that won, and a reader
 never sees half a volume. Volumes outlive tasks until ``delete`` (``flow volumes delete``).
-``size_gb`` is recorded, not enforced: a local volume is a plain directory.
+``size_gb`` is recorded, not enforced: such a volume is a plain directory.
 """
 
 from __future__ import annotations
@@ -37,15 +38,14 @@ from flow_sdk.spec import TaskSpec, VolumeSpec
 VOLUME_FILE = "volume.json"
 DATA_DIR = "data"
 ATTACH_LOCK = "attach.lock"
-INSTANCES_DIR = "instances"  # the local provider's instance records, one folder per task
 
 # Block-volume locks this process holds; the kernel releases them when the process exits.
 _held_locks: dict[str, IO[str]] = {}
 
 
 @dataclass(frozen=True)
-class LocalVolume:
-    """One local volume as recorded on disk."""
+class DirectoryVolume:
+    """One volume as recorded on disk."""
 
     name: str
     size_gb: int
@@ -59,8 +59,8 @@ class LocalVolume:
         return self.root / DATA_DIR
 
 
-class LocalVolumes:
-    """The volumes under one local provider root."""
+class VolumeDirs:
+    """The volumes under one provider root."""
 
     def __init__(self, provider_root: Path) -> None:
         self.root = Path(provider_root) / "volumes"
@@ -70,17 +70,17 @@ class LocalVolumes:
         VolumeSpec(name=name)  # the safe alphabet: never a path outside self.root
         return self.root / name
 
-    def get(self, name: str) -> LocalVolume | None:
+    def get(self, name: str) -> DirectoryVolume | None:
         """The volume ``name``, or None when there is none."""
         folder = self.path(name)
         try:
             meta = json.loads((folder / VOLUME_FILE).read_text())
         except FileNotFoundError:
             return None
-        return LocalVolume(meta["name"], int(meta["size_gb"]), meta["interface"],
+        return DirectoryVolume(meta["name"], int(meta["size_gb"]), meta["interface"],
                            float(meta["created_at"]), folder)
 
-    def list(self) -> list[LocalVolume]:
+    def list(self) -> list[DirectoryVolume]:
         """Every volume, sorted by name."""
         if not self.root.is_dir():
             return []
@@ -93,7 +93,7 @@ class LocalVolumes:
                 found.append(volume)
         return found
 
-    def ensure(self, spec: VolumeSpec) -> tuple[LocalVolume, bool]:
+    def ensure(self, spec: VolumeSpec) -> tuple[DirectoryVolume, bool]:
         """The volume ``spec.name``, created when missing; True when this call created it.
 
         Raises VolumeError when a volume of that name exists with another interface.
@@ -112,7 +112,7 @@ class LocalVolumes:
         except OSError as exc:
             shutil.rmtree(temp)
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise VolumeError(f"could not create local volume {spec.name!r} under "
+                raise VolumeError(f"could not create volume {spec.name!r} under "
                                   f"{self.root}: {exc}") from exc
             raced = self.get(spec.name)  # another node created it first: use that one
             if raced is None:
@@ -124,7 +124,7 @@ class LocalVolumes:
         return created, True
 
     @staticmethod
-    def _compatible(volume: LocalVolume, spec: VolumeSpec) -> LocalVolume:
+    def _compatible(volume: DirectoryVolume, spec: VolumeSpec) -> DirectoryVolume:
         if volume.interface != spec.interface:
             raise VolumeError(
                 f"volume {spec.name!r} exists as a {volume.interface} volume, not "
@@ -189,13 +189,12 @@ class LocalVolumes:
         return None
 
 
-def running_tasks_using(provider: Provider, root: Path, name: str) -> tuple[str, ...]:
-    """Tasks of ``provider`` (its root is ``root``) with a live node that use volume ``name``,
-    or may: a task counts while any node of it runs (the provider's own view, from its
-    instance records; never the store's say-so, which a store writer could forge), unless its
-    record, sealed with its secret that this machine holds, shows it does not name the
+def running_tasks_using(provider: Provider, launched: Path, name: str) -> tuple[str, ...]:
+    """Tasks of ``provider`` (``launched`` holds a folder per task it launched) with a live
+    node that use volume ``name``, or may: a task counts while any node of it runs (the
+    provider's own view; never the store's say-so, which a store writer could forge), unless
+    its record, sealed with its secret that this machine holds, shows it does not name the
     volume. A task whose record is missing, junk, forged, or not checkable here may use it."""
-    launched = root / INSTANCES_DIR
     ids = {p.name for p in launched.iterdir() if p.is_dir()} if launched.is_dir() else set()
     ids.update(key.split("/")[1] for key in provider.store.list("tasks/")
                if key.endswith("/task.json") and key.count("/") == 2)
@@ -221,19 +220,24 @@ def _names_volume(provider: Provider, task_id: str, name: str) -> bool | None:
     return any(isinstance(v, dict) and v.get("name") == name for v in volumes.values())
 
 
-class LocalProviderVolumes(Volumes):
-    """``LocalProvider.volumes``: directories under the provider's root; S3 mount caches
-    under ``<root>/cache/s3``, shared by the local nodes of a task."""
+class DirectoryVolumes(Volumes):
+    """A provider's ``volumes`` as directories under its ``root``. ``launched`` holds one
+    folder per task the provider launched (what it asks about a volume's users); ``caches``
+    is where the nodes of a task share their S3 mount caches (the local provider's, on one
+    machine), None where each node keeps its own."""
 
-    def __init__(self, provider: Provider, root: Path) -> None:
+    def __init__(self, provider: Provider, root: Path, launched: Path,
+                 caches: Path | None = None) -> None:
         self.provider = provider
         self.root = Path(root)
-        self.dirs = LocalVolumes(self.root)
+        self.launched = launched
+        self.caches = caches
+        self.dirs = VolumeDirs(self.root)
 
-    def _info(self, volume: LocalVolume) -> VolumeInfo:
+    def _info(self, volume: DirectoryVolume) -> VolumeInfo:
         return VolumeInfo(volume.name, volume.interface, volume.size_gb, self.provider.name,
                           str(volume.data), None, volume.created_at,
-                          running_tasks_using(self.provider, self.root, volume.name))
+                          running_tasks_using(self.provider, self.launched, volume.name))
 
     def list(self) -> list[VolumeInfo]:
         return [self._info(v) for v in self.dirs.list()]
@@ -244,7 +248,7 @@ class LocalProviderVolumes(Volumes):
 
     def delete(self, name: str, *, force: bool = False) -> bool:
         if not force:
-            users = running_tasks_using(self.provider, self.root, name)
+            users = running_tasks_using(self.provider, self.launched, name)
             if users:
                 raise VolumeInUseError(f"volume {name!r} is used by running task(s) "
                                        f"{', '.join(users)}; cancel them or pass force=True")
@@ -268,4 +272,4 @@ class LocalProviderVolumes(Volumes):
         return self.dirs.path(name) / DATA_DIR
 
     def shared_mount_caches(self) -> Path | None:
-        return self.root / "cache" / "s3"
+        return self.caches

@@ -124,11 +124,13 @@ class FileLogStore(LogStore):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
-    def _path(self, task_id: str, stream: str) -> Path:
+    def stream_path(self, task_id: str, stream: str) -> Path:
+        """The one file that holds a stream (a writer outside this process may append to it,
+        in the same ``<epoch seconds>\t<text>`` lines)."""
         return self.root / safe_part(task_id, "task id") / f"{safe_part(stream, 'stream')}.log"
 
     def writer(self, task_id: str, stream: str) -> LogWriter:
-        return _FileLogWriter(self._path(task_id, stream))
+        return _FileLogWriter(self.stream_path(task_id, stream))
 
     def streams(self, task_id: str) -> list[str]:
         folder = self.root / safe_part(task_id, "task id")
@@ -137,7 +139,7 @@ class FileLogStore(LogStore):
         return sorted(p.name[: -len(".log")] for p in folder.iterdir() if p.name.endswith(".log"))
 
     def read(self, task_id: str, stream: str, cursor: int = 0) -> tuple[list[LogRecord], int]:
-        path = self._path(task_id, stream)
+        path = self.stream_path(task_id, stream)
         if not path.exists():
             return [], cursor
         with open(path, "rb") as fh:

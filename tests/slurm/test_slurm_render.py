@@ -166,7 +166,8 @@ def test_the_launch_file_names_what_each_node_needs_and_no_secret(tmp_path: Path
     text = render_launch_file(launch, task_id="train-1", wheels=[{"path": "/s/w", "sha256":
                                                                    "f" * 64, "filename": "w"}],
                               envs=tmp_path / "envs", boot_files=tmp_path / "boot",
-                              nodes_dir=tmp_path / "nodes")
+                              nodes_dir=tmp_path / "nodes",
+                              boot_log=str(tmp_path / "logs" / "boot.{instance}.log"))
     data = json.loads(text)
     assert data["python"] == "3.11" and data["module"] == "flow_sdk.node.agent"
     assert data["names"] == {"boot_file": envvars.BOOT_FILE, "instance_id": envvars.INSTANCE_ID,

@@ -58,15 +58,12 @@ from flow_sdk.spec import TaskSpec
 
 
 class LocalLogStore(FileLogStore):
-    """The file log store, plus where a stream's file lives (the keeper appends to it).
+    """The file log store (the keeper appends to a stream's file, ``stream_path``).
 
     Writers on this machine append each line right after stamping it: a follow need hold
     lines back only for a thread that is descheduled in between."""
 
     write_delay_s: ClassVar[float] = 0.1
-
-    def stream_path(self, task_id: str, stream: str) -> Path:
-        return self._path(task_id, stream)
 
 
 class LocalProvider(Provider):

@@ -104,13 +104,15 @@ def render_batch_script(launch: NodeLaunch, *, task_id: str, nodes: int, time_mi
 
 
 def render_launch_file(launch: NodeLaunch, *, task_id: str, wheels: Sequence[Mapping[str, str]],
-                       envs: Path, boot_files: Path, nodes_dir: Path) -> str:
+                       envs: Path, boot_files: Path, nodes_dir: Path, boot_log: str) -> str:
     """What each node's bootstrap reads (JSON): the wheels (path, SHA-256, file name) and the
     Python they need, where to build their environment once per set of digests, each node's
-    0600 boot file (by ``SLURM_NODEID``), its working folder, the instance id's form, the
-    module to run, and the names of the variables it sets for the agent."""
+    0600 boot file (by ``SLURM_NODEID``), its working folder, the instance id's form, its boot
+    stream's file (``{instance}`` in ``boot_log`` stands for its instance id), the module to
+    run, and the names of the variables it sets for the agent."""
     return json.dumps({
         "task_id": task_id, "python": launch.python, "module": launch.module,
+        "boot_log": boot_log,
         "wheels": list(wheels), "envs": str(envs), "boot_files": str(boot_files),
         "nodes_dir": str(nodes_dir), "instance_id": INSTANCE_ID,
         "names": {"boot_file": envvars.BOOT_FILE, "instance_id": envvars.INSTANCE_ID,

@@ -31,6 +31,7 @@ from flow_sdk.providers.base import (
     Provider,
     SchedulerEnd,
     Volumes,
+    boot_stream,
 )
 from flow_sdk.providers.dirvolumes import DirectoryVolumes
 from flow_sdk.providers.gcreport import GcReport
@@ -55,6 +56,7 @@ from flow_sdk.system import procs
 from flow_sdk.wire.runtimecap import SCHEDULER
 
 BOOT_SCRIPT = Path(__file__).with_name("boot.py")
+OUTPUT_TAIL = 10  # lines of a job's Slurm output that a task's error shows
 
 
 class SlurmProvider(Provider):
@@ -263,7 +265,8 @@ class SlurmProvider(Provider):
         launch_file = job_dir / "launch.json"
         replace_file(launch_file, _batch.render_launch_file(
             launch, task_id=task_id, wheels=wheels, envs=self.root / "envs",
-            boot_files=job_dir / "boot", nodes_dir=self.root / "nodes" / task_id))
+            boot_files=job_dir / "boot", nodes_dir=self.root / "nodes" / task_id,
+            boot_log=str(self._logs.stream_path(task_id, boot_stream("{instance}")))))
         script = job_dir / "batch.sh"
         replace_file(script, _batch.render_batch_script(
             launch, task_id=task_id, nodes=spec.num_instances, time_minutes=time_minutes,
@@ -309,8 +312,18 @@ class SlurmProvider(Provider):
                 for k in range(max(count, len(given)))]
 
     def scheduler_end(self, task_id: str) -> SchedulerEnd | None:
+        """What Slurm says ended the job (``Jobs.ended_by``) and, unless someone cancelled it,
+        the end of Slurm's own output of it (a node that could not even start the bootstrap,
+        an interpreter missing there, shows only there)."""
         job_id = self._job_id(task_id)
-        return self.jobs.ended_by(job_id) if job_id is not None else None
+        end = self.jobs.ended_by(job_id) if job_id is not None else None
+        if end is None or end.cancelled:
+            return end
+        output = self._job_dir(task_id) / f"slurm-{job_id}.out"
+        lines = output.read_text(errors="replace").splitlines()[-OUTPUT_TAIL:] if (
+            output.is_file()) else []
+        return SchedulerEnd(end.message + (f"; the end of Slurm's output of the job ({output}):"
+                                           "\n  " + "\n  ".join(lines) if lines else ""))
 
     def terminate(self, task_id: str) -> None:
         job_id = self._job_id(task_id)

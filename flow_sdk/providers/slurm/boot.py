@@ -8,6 +8,10 @@ per set of digests (the wheels unpacked into a folder on the shared filesystem, 
 place whole, so the nodes of later jobs reuse it), and replaces itself with the agent
 (``python -m MODULE``) on that folder, with its instance id (``SLURM_NODEID`` of this job), its
 address (this node's ``NodeAddr``), its 0600 boot file and its cores.
+
+What it says, and why it failed when it does, goes to the job's output and to the node's boot
+stream in the task's log store (``task.logs(source="boot")``), in the store's
+``<epoch seconds>\t<text>`` lines: a node whose agent never started is debugged from there.
 """
 
 from __future__ import annotations
@@ -20,8 +24,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+
+class BootLog:
+    """The node's boot stream: a file of the task's log store (``FileLogStore``), appended."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            now = time.time()
+            fh.write("".join(f"{now:.6f}\t{line}\n" for line in text.splitlines() or [""]))
 
 
 def _fail(message: str) -> None:
@@ -81,13 +103,27 @@ def node_address(node_name: str) -> str:
 
 def main(launch_file: str) -> None:
     launch = json.loads(Path(launch_file).read_text(encoding="utf-8"))
+    job, node = os.environ["SLURM_JOB_ID"], int(os.environ["SLURM_NODEID"])
+    instance = launch["instance_id"].format(job=job, node=node)
+    log = BootLog(Path(launch["boot_log"].replace("{instance}", instance)))
+    try:
+        boot(launch, job, node, instance, log)
+    except SystemExit as exc:
+        log.say(str(exc.code))
+        raise
+    except Exception as exc:  # what the node's boot stream must show before it goes
+        log.say(f"slurm boot: failed on node {node} of job {job} ({instance}):\n"
+                + "".join(traceback.format_exception(exc)).rstrip())
+        raise SystemExit(70) from exc
+
+
+def boot(launch: dict[str, Any], job: str, node: int, instance: str, log: BootLog) -> None:
+    """Check this node, build (or find) its environment, and become the agent."""
     mine = "%d.%d" % sys.version_info[:2]
     if mine != launch["python"]:
         _fail(f"this node runs Python {mine} ({sys.executable}), but the caller runs Python "
               f"{launch['python']}; set the provider's python to an interpreter of that "
               "version that the nodes can run")
-    job, node = os.environ["SLURM_JOB_ID"], int(os.environ["SLURM_NODEID"])
-    instance = launch["instance_id"].format(job=job, node=node)
     site = environment(launch["wheels"], Path(launch["envs"]))
     workdir = Path(launch["nodes_dir"]) / instance
     workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -97,7 +133,7 @@ def main(launch_file: str) -> None:
            names["instance_id"]: instance,
            names["address"]: node_address(os.environ["SLURMD_NODENAME"]),
            names["cores"]: os.environ.get("SLURM_CPUS_ON_NODE", "0")}
-    print(f"slurm boot: node {node} of job {job} is {instance}; agent from {site}", flush=True)
+    log.say(f"slurm boot: node {node} of job {job} is {instance}; agent from {site}")
     os.chdir(workdir)
     os.execve(sys.executable, [sys.executable, "-m", launch["module"]], env)
 

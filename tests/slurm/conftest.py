@@ -1,5 +1,6 @@
 """The Slurm tests use the test runner's cluster (the ``slurm`` fixture of tests/conftest.py);
-after every test no job of the runner's user is left in ``squeue``."""
+after every test no job of the runner's user is left in ``squeue``. ``every_node_busy`` and
+``one_node_busy`` hold nodes with a job of another name, as another user's job would."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from flow_testing import wait_until
 from slurm_cluster import SlurmCluster
 
 
@@ -19,3 +21,26 @@ def slurm_clean(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
     if left:
         slurm.run("scancel", "--full", "-u", getpass.getuser(), check=False)
     assert not left, f"jobs left in squeue:\n{left}"
+
+
+def _hold(cluster: SlurmCluster, nodes: int) -> Iterator[str]:
+    """Another user's job (as Slurm sees it) holding ``nodes`` nodes until the test ends."""
+    job = cluster.run("sbatch", "--parsable", f"-N{nodes}", "--exclusive", "--time=5",
+                      "--job-name=other",
+                      "--wrap", "sleep 300").stdout.strip()
+    try:
+        wait_until(lambda: "RUNNING" in cluster.run("squeue", "-h", "-j", job,
+                                                    "-o", "%T").stdout, 30, "the holding job")
+        yield job
+    finally:
+        cluster.run("scancel", job, check=False)
+
+
+@pytest.fixture
+def every_node_busy(slurm_clean: SlurmCluster) -> Iterator[str]:
+    yield from _hold(slurm_clean, len(slurm_clean.nodes))
+
+
+@pytest.fixture
+def one_node_busy(slurm_clean: SlurmCluster) -> Iterator[str]:
+    yield from _hold(slurm_clean, 1)

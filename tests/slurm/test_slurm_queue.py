@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,29 +32,6 @@ def app(slurm_clean: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("SLURM_CONF", str(slurm_clean.conf))
     return FlowApp("slurm-queue", provider="slurm",
                    provider_config={"shared_dir": str(tmp_path / "shared")})
-
-
-def _hold(cluster: SlurmCluster, nodes: int) -> Iterator[str]:
-    """Another user's job (as Slurm sees it) holding ``nodes`` nodes until the test ends."""
-    job = cluster.run("sbatch", "--parsable", f"-N{nodes}", "--exclusive", "--time=5",
-                      "--job-name=other",
-                      "--wrap", "sleep 300").stdout.strip()
-    try:
-        wait_until(lambda: "RUNNING" in cluster.run("squeue", "-h", "-j", job,
-                                                    "-o", "%T").stdout, 30, "the holding job")
-        yield job
-    finally:
-        cluster.run("scancel", job, check=False)
-
-
-@pytest.fixture
-def every_node_busy(slurm_clean: SlurmCluster) -> Iterator[str]:
-    yield from _hold(slurm_clean, len(slurm_clean.nodes))
-
-
-@pytest.fixture
-def one_node_busy(slurm_clean: SlurmCluster) -> Iterator[str]:
-    yield from _hold(slurm_clean, 1)
 
 
 def world() -> int:

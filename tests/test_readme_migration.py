@@ -8,7 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "migration.md"
-TOOLS = ("torchrun", "Metaflow `@parallel`", "Snowflake ML Jobs", "SkyPilot", "dstack", "Flow")
+TOOLS = ("torchrun", "Metaflow `@parallel`", "Snowflake ML Jobs", "SkyPilot", "dstack", "Flow",
+         "submitit", "sbatch")
 
 
 def test_every_migration_table_line_names_existing_tests() -> None:

@@ -18,6 +18,7 @@ import select
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -255,3 +256,17 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def run_local(argv: list[str], command: str | None, timeout: float | None) -> int | SshResult:
+    """Run a provider's ``shell_command`` here: wired to this terminal for a shell (its exit
+    code), captured for a command (``SshResult``; past ``timeout`` it is stopped and
+    SshError raised)."""
+    if command is None:
+        return subprocess.call(argv)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        raise SshError(f"`{command}` ran longer than {timeout}s; it was stopped") from None
+    return SshResult(done.returncode, done.stdout, done.stderr)

@@ -122,9 +122,8 @@ class Task:
         return taskstate.judge(self)[0]
 
     def waiting(self) -> str | None:
-        """Why the task's nodes have not started, in the scheduler's words, while they wait
-        in its queue (a pending Slurm job: "queued by Slurm: Resources (...)"); None when no
-        node waits for a reason the provider gives."""
+        """Why the task's nodes wait in a scheduler's queue, in its words ("queued by Slurm:
+        Resources (...)"); None when no node waits for a reason the provider gives."""
         return taskstate.waiting(self.instances())
 
     def final_outcome(self) -> Outcome | None:
@@ -353,20 +352,8 @@ class Task:
 
     # -- ssh --------------------------------------------------------------------------------
 
-    def _instance_of(self, node: int) -> str:
-        self.check_node(node)
-        for record in self.nodes():
-            if record.node == node:
-                return record.instance_id
-        instances = self.instances()
-        if 0 <= node < len(instances):  # before the rendezvous: ranks follow sorted ids
-            return instances[node].instance_id
-        raise SshError(f"task {self.task_id} has {len(instances)} node(s); there is no "
-                            f"node {node}")
-
-    def ssh_endpoint(self, node: int = 0) -> SshEndpoint:
-        """Where node ``node`` answers SSH, with the host key pinned when it launched. A
-        ``node`` the task lacks raises ``ValidationError``, whether or not the task runs."""
+    def _reachable(self, node: int) -> str:
+        """The instance id of node ``node`` of a task that runs (else SshUnavailableError)."""
         self.check_node(node)
         status = self.status
         if status.is_terminal:
@@ -374,7 +361,18 @@ class Task:
                 f"task {self.task_id} has ended ({status}); its nodes and their SSH servers "
                 f"are gone. Its logs remain: task.logs(node={node}) or `flow logs "
                 f"{self.task_id} --node {node}`")
-        instance_id = self._instance_of(node)
+        for record in self.nodes():
+            if record.node == node:
+                return record.instance_id
+        instances = self.instances()
+        if 0 <= node < len(instances):  # before the rendezvous: ranks follow sorted ids
+            return instances[node].instance_id
+        raise SshError(f"task {self.task_id} has {len(instances)} node(s); there is no node {node}")
+
+    def ssh_endpoint(self, node: int = 0) -> SshEndpoint:
+        """Where node ``node`` answers SSH, with the host key pinned when it launched. A
+        ``node`` the task lacks raises ``ValidationError``, whether or not the task runs."""
+        instance_id = self._reachable(node)
         try:
             return self.provider.ssh_endpoint(self._nodes_id, instance_id)
         except ProviderError as exc:
@@ -392,6 +390,9 @@ class Task:
         environment and return ``SshResult(exit_code, stdout, stderr)``. Without: open an
         interactive shell on this terminal and return its exit code. The node's host key is
         the one pinned at launch; any other is refused with ``HostKeyMismatchError``."""
+        argv = self.provider.shell_command(self._nodes_id, self._reachable(node), command)
+        if argv is not None:  # the provider reaches its nodes through its scheduler
+            return _ssh.run_local(argv, command, timeout)
         endpoint = self.ssh_endpoint(node)
         if command is None:
             return _ssh.interactive_shell(endpoint)

@@ -379,6 +379,13 @@ class Provider(abc.ABC):
         store's port is not torchrun's rendezvous port (29400), which user code may open."""
         return 29471, 29500
 
+    def shell_command(self, task_id: str, instance_id: str, command: str | None
+                      ) -> list[str] | None:
+        """The command line, run on the caller's machine, that opens a shell on the node
+        (``command`` None) or runs ``command`` there, in its working folder: for providers
+        that reach their nodes through their scheduler, not SSH. None: ``ssh_endpoint``."""
+        return None
+
     def ssh_endpoint(self, task_id: str, instance_id: str) -> SshEndpoint:
         """How to reach one node of the task over SSH, with its host key pinned at launch.
 

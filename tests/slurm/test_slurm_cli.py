@@ -1,6 +1,6 @@
 """``--provider slurm`` through the installed ``flow`` command on the test runner's real Slurm
-cluster (``flow plan``, ``flow run``, ``flow status``, ``flow list``), and a task stopped at
-its runtime cap."""
+cluster (``flow plan``, ``flow run``, ``flow status``, ``flow list``, ``flow ssh``), and a
+task stopped at its runtime cap."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from flow_sdk import FlowApp
-from flow_sdk.errors import TaskError
+from flow_sdk.errors import SshUnavailableError, TaskError
 from flow_sdk.wire import TaskStatus
+from flow_testing import wait_until
 from slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slow
@@ -73,3 +74,33 @@ def test_a_task_past_its_runtime_cap_is_timed_out_and_its_job_ends(
     with pytest.raises(TaskError, match="max_run_time_hours"):
         task.result()
     assert [i.state for i in task.instances()] == ["terminated"] * 2
+
+
+def waits() -> int:
+    import time
+    time.sleep(300)
+    return 0
+
+
+def test_flow_ssh_runs_a_command_in_the_job_on_the_nodes_own_folder(
+        slurm_clean: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_clean.conf))
+    app = FlowApp("slurm-ssh", provider="slurm",
+                  provider_config={"shared_dir": str(tmp_path / "shared")})
+    task = app.function(num_instances=2, max_run_time_hours=0.1)(waits).spawn()
+    wait_until(lambda: task.status is TaskStatus.RUNNING, 60, "the task running")
+    here = task.ssh(node=1, command="pwd; echo $SLURMD_NODENAME; exit 3", timeout=60)
+    node_1 = next(n for n in task.nodes() if n.node == 1)
+    assert here.exit_code == 3, here
+    folder, name = here.stdout.split()
+    assert folder == str(tmp_path / "shared" / "nodes" / task.task_id / node_1.instance_id)
+    addresses = {node.name: node.address for node in slurm_clean.nodes}
+    assert addresses[name] == node_1.address  # the node Slurm gave as node 1
+    shown = subprocess.run([FLOW, "ssh", task.task_id, "--node", "0", "--command",
+                            "echo $SLURM_JOB_ID"], capture_output=True, text=True, timeout=60,
+                           env=slurm_clean.env, check=False)
+    job = task.provider.job_state(task.task_id)  # type: ignore[attr-defined]
+    assert shown.returncode == 0 and shown.stdout.split() == [job.job_id], shown.stderr
+    task.cancel()
+    with pytest.raises(SshUnavailableError, match="has ended"):
+        task.ssh(node=0, command="true")

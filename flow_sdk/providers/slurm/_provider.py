@@ -221,6 +221,10 @@ class SlurmProvider(Provider):
     def _job_dir(self, task_id: str) -> Path:
         return self.root / "jobs" / task_id
 
+    def _nodes_dir(self, task_id: str) -> Path:
+        """Where each node of the task has its working folder (named by its instance id)."""
+        return self.root / "nodes" / task_id
+
     def _job(self, task_id: str) -> dict[str, Any] | None:
         """What the launch recorded of the task's job: its id, node count and launch time."""
         path = self._job_dir(task_id) / "job.json"
@@ -265,7 +269,7 @@ class SlurmProvider(Provider):
         launch_file = job_dir / "launch.json"
         replace_file(launch_file, _batch.render_launch_file(
             launch, task_id=task_id, wheels=wheels, envs=self.root / "envs",
-            boot_files=job_dir / "boot", nodes_dir=self.root / "nodes" / task_id,
+            boot_files=job_dir / "boot", nodes_dir=self._nodes_dir(task_id),
             boot_log=str(self._logs.stream_path(task_id, boot_stream("{instance}")))))
         script = job_dir / "batch.sh"
         replace_file(script, _batch.render_batch_script(
@@ -324,6 +328,25 @@ class SlurmProvider(Provider):
             output.is_file()) else []
         return SchedulerEnd(end.message + (f"; the end of Slurm's output of the job ({output}):"
                                            "\n  " + "\n  ".join(lines) if lines else ""))
+
+    def shell_command(self, task_id: str, instance_id: str, command: str | None
+                      ) -> list[str] | None:
+        """An ``srun`` step in the task's running job on that node (``--overlap``: beside
+        its agent, in its allocation), in the node's working folder, with the caller's
+        environment as Slurm passes it: a login shell on a pty, or ``command`` under
+        ``bash -c``."""
+        recorded, job = self._job(task_id), self.job_state(task_id)
+        if recorded is None or job is None or not job.running:
+            raise ProviderError(f"slurm: task {task_id} has no running job to open a shell in")
+        given = self.jobs.nodes(job.nodes)
+        node = next((k for k in range(len(given))
+                     if _batch.instance_id(job.job_id, k) == instance_id), None)
+        if node is None:
+            raise ProviderError(f"slurm: job {job.job_id} of task {task_id} has no node "
+                                f"{instance_id}")
+        step = ["srun", f"--jobid={job.job_id}", "--overlap", f"--nodelist={given[node][0]}",
+                "--nodes=1", "--ntasks=1", f"--chdir={self._nodes_dir(task_id) / instance_id}"]
+        return step + (["--pty", "bash", "-l"] if command is None else ["bash", "-c", command])
 
     def terminate(self, task_id: str) -> None:
         job_id = self._job_id(task_id)

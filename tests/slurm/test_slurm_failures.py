@@ -2,7 +2,8 @@
 tests kill daemons and take nodes down): a node lost with its ``slurmd`` and the job's
 processes on it, a node an administrator sets down, and ``scancel`` from outside. Each fails
 the task within 30 s, saying what happened and naming the node where one was lost; nothing
-of the job is left."""
+of the job is left. On a pool with a spare, the job outlives a lost node (``--no-kill``) and
+the spare takes its rank."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import pytest
 
 from flow_sdk import FlowApp, Task, current
 from flow_sdk.errors import TaskCancelledError, TaskError
+from flow_sdk.client.pools import pool_up
 from flow_sdk.providers.slurm import SlurmProvider
+from seeded_ddp import train
 from flow_sdk.wire import TaskStatus
 from flow_testing import wait_until
 from slurm_cluster import SlurmCluster, runner_subnet
@@ -27,7 +30,7 @@ LOST_WITHIN_S = 30.0
 
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    own = SlurmCluster.start(tmp_path / "cluster", nodes=2, subnet=runner_subnet(110))
+    own = SlurmCluster.start(tmp_path / "cluster", nodes=3, subnet=runner_subnet(110))
     monkeypatch.setenv("SLURM_CONF", str(own.conf))
     try:
         yield own
@@ -113,3 +116,33 @@ def test_scancel_from_outside_cancels_the_task_saying_so(app: FlowApp,
     assert status is TaskStatus.CANCELLED
     assert f"job {job_id}" in str(raised.value) and "CANCELLED" in str(raised.value), (
         str(raised.value))
+
+
+def test_on_a_pool_a_spare_takes_the_rank_of_a_node_lost_with_its_slurmd(
+        app: FlowApp, cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = {"shared_dir": str(tmp_path / "shared")}
+    pool = pool_up("spared", provider="slurm", provider_config=config, num_instances=2,
+                   spares=1, max_run_time_hours=0.2, idle_stop="10m")
+    for folder in ("reference", "resumed"):
+        (tmp_path / folder).mkdir()
+    try:
+        trainer = app.function(num_instances=2, pool="spared", max_restarts=1)(train)
+        reference = trainer.spawn(12, str(tmp_path / "reference")).result(timeout=180)
+        task = trainer.spawn(12, str(tmp_path / "resumed"))
+        wait_until(lambda: any("step 4" in line for line in task.logs()), 120, "step 4")
+        gang = {n.node: n.instance_id for n in task.nodes()}
+        provider = task.provider
+        assert isinstance(provider, SlurmProvider)
+        job = provider.job_state(pool.pool_id)  # the pool is one job; its nodes in order
+        assert job is not None
+        names = dict(zip(sorted(i.instance_id for i in pool.instances()),
+                         (name for name, _ in provider.jobs.nodes(job.nodes)), strict=True))
+        lost = names[gang[1]]
+        os.kill(cluster.pids[f"slurmd-{lost}"], signal.SIGKILL)
+        for pid in _job_processes(job.job_id, lost):
+            os.kill(pid, signal.SIGKILL)
+        assert task.result(timeout=180) == pytest.approx(reference, abs=1e-6)
+        spare = ({i.instance_id for i in task.instances()} - set(gang.values())).pop()
+        assert {n.instance_id for n in task.nodes()} == {gang[0], spare}
+    finally:
+        pool.down()

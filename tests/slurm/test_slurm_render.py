@@ -131,6 +131,11 @@ def test_min_instances_lets_slurm_start_the_job_on_fewer_nodes(tmp_path: Path) -
     assert not any(line.startswith("#SBATCH --ntasks") for line in lines)
 
 
+def test_spares_keep_the_job_when_a_node_is_lost(tmp_path: Path) -> None:
+    assert "#SBATCH --no-kill" in _script(tmp_path, JobOptions(), spares=1)
+    assert "#SBATCH --no-kill" not in _script(tmp_path, JobOptions())
+
+
 def test_priority_is_the_qos_the_site_maps_it_to_else_a_nice_for_low(tmp_path: Path) -> None:
     mapped = JobOptions(qos="normal", priority_qos={"high": "urgent", "low": "scavenger"})
     high = _script(tmp_path, mapped, priority="high")

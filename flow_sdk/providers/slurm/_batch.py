@@ -7,8 +7,9 @@ with one task per node, ``--time`` from the runtime cap plus the
 scheduler's grace (``wire.runtimecap.SCHEDULER``, so the controller ends the job even with the
 caller gone and every agent frozen), ``--no-requeue`` (a task is never run twice), a name and
 a comment that identify the task (``flow gc`` finds its jobs by them, and never touches
-others), the GPUs per node, the task's priority (a QoS the site maps it to, or ``--nice``), and
-the site's options from the provider config.
+others), the GPUs per node, the task's priority (a QoS the site maps it to, or ``--nice``),
+``--no-kill`` where spares stand by (a lost node must not end the job), and the site's options
+from the provider config.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def time_limit_minutes(cap_hours: float) -> int:
 def render_batch_script(launch: NodeLaunch, *, task_id: str, nodes: int, time_minutes: int,
                         gpus_per_node: str | None, options: JobOptions, python: str,
                         boot_script: Path, launch_file: Path, output: Path,
-                        min_nodes: int | None = None, priority: str = "med") -> str:
+                        min_nodes: int | None = None, priority: str = "med",
+                        spares: int = 0) -> str:
     """The job's batch script: its ``#SBATCH`` options, then one ``srun`` step that runs the
     node bootstrap once on each node the job was given."""
     counts = f"{min_nodes}-{nodes}" if min_nodes not in (None, nodes) else str(nodes)
@@ -87,6 +89,8 @@ def render_batch_script(launch: NodeLaunch, *, task_id: str, nodes: int, time_mi
              "#SBATCH --open-mode=append"]
     if gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    if spares:  # a lost node must not end the job: a spare takes its rank
+        lines.append("#SBATCH --no-kill")
     chosen = options.priority_options(priority)
     qos = None if any(o.startswith("--qos=") for o in chosen) else options.qos
     for flag, value in (("partition", options.partition), ("account", options.account),

@@ -63,6 +63,7 @@ class SlurmProvider(Provider):
     name: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
         file_volumes=Support.HONOURED, s3_mounts=Support.HONOURED, interconnect=Support.NOTED,
+        pools=Support.HONOURED,
         notes={"interconnect": "the cluster's own fabric carries the traffic between nodes "
                                "(its administrators chose it)"})
 
@@ -277,7 +278,7 @@ class SlurmProvider(Provider):
             gpus_per_node=self.gpus_per_node(spec), options=self.settings.options,
             python=self.settings.python, boot_script=self._boot_script(),
             launch_file=launch_file, output=job_dir / "slurm-%j.out",
-            min_nodes=spec.min_instances, priority=spec.priority))
+            min_nodes=spec.min_instances, priority=spec.priority, spares=spec.spares))
         return parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
 
     def _boot_script(self) -> Path:

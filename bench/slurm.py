@@ -1,15 +1,24 @@
-"""The Slurm provider against submitit, side by side in one run on one real Slurm cluster.
+"""The Slurm provider against submitit and ``sbatch`` + ``srun torchrun``, side by side in one
+run on one real Slurm cluster.
 
     pip install submitit   # the baseline; not a dependency of the SDK
     python bench/slurm.py [--repeats 7]
 
 A 3-node cluster starts on this machine (``tests/slurm_cluster.py``: munged, slurmctld and
-three slurmd on loopback addresses). Both sides run the same trivial function on 2 nodes, one
-task per node, and wait for every rank's result: ``.remote()`` on ``provider="slurm"`` (a new
-job on idle nodes), and submitit's ``executor.submit(fn).results()`` with the same shape.
+three slurmd on loopback addresses). Three comparisons, each alternating its sides round by
+round:
+
+- cold: the same trivial function on 2 nodes, one task per node, every rank's result waited
+  for: ``.remote()`` on ``provider="slurm"`` (a new job on idle nodes) against submitit's
+  ``executor.submit(fn).results()`` with the same shape. Target: at most 1.0x submitit.
+- warm: the same function on a 2-node pool (``pool_up(provider="slurm")``, one job holding
+  the nodes) against the same submitit call. Target: at most 0.2x submitit.
+- DDP: a 2x2 gloo all-reduce and one DDP step, ``.remote()`` against a batch script that
+  ``srun``s ``torchrun --nnodes 2 --nproc-per-node 2`` (c10d rendezvous on the first node),
+  submitted with ``sbatch --wait``. Target: at most 1.0x.
+
 The first flow run builds the node environment for this SDK's digest and is reported on its
-own ("first"); the rounds after it alternate the two sides. Target: flow's cold median at most
-1.0x submitit's.
+own ("first").
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +45,49 @@ def rank_of() -> int:
     return int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")))
 
 
+DDP_STEP = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+value = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(value)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+model(torch.ones(1, 2)).sum().backward()
+dist.destroy_process_group()
+assert value.item() == 10.0
+"""
+
+
+def ddp_step() -> float:
+    namespace: dict[str, Any] = {}
+    exec(DDP_STEP, namespace)  # the very code torchrun runs on the other side
+    return float(namespace["value"].item())
+
+
+def torchrun_batch(work: Path, script: Path) -> Path:
+    """The batch script a torchrun user writes: 2 nodes, torchrun on each through srun."""
+    batch = work / "torchrun.sbatch"
+    batch.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        #SBATCH --nodes=2
+        #SBATCH --ntasks-per-node=1
+        #SBATCH --time=10
+        #SBATCH --output={work}/torchrun-%j.out
+        head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+        addr=$(scontrol -o show node "$head" | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
+        srun torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \\
+            --rdzv-endpoint "$addr:29533" --rdzv-id "$SLURM_JOB_ID" {script}
+        """))
+    return batch
+
+
+def timed(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -42,48 +96,72 @@ def main() -> None:
 
     logging.getLogger("submitit").setLevel(logging.ERROR)  # it warns at every sacct it tries
     from flow_sdk import FlowApp
+    from flow_sdk.client.pools import pool_up
 
     work = Path(tempfile.mkdtemp(prefix="bench-slurm-"))
     cluster = SlurmCluster.start(work / "cluster", nodes=3, subnet=150)
     os.environ["SLURM_CONF"] = str(cluster.conf)
     os.environ["FLOW_HOME"] = str(work / "flow-home")
+    config = {"shared_dir": str(work / "shared")}
     try:
-        app = FlowApp("bench-slurm", provider="slurm",
-                      provider_config={"shared_dir": str(work / "shared")})
-        flow_fn = app.function(num_instances=2, max_run_time_hours=0.1, quiet=True)(rank_of)
+        app = FlowApp("bench-slurm", provider="slurm", provider_config=config)
+        cold = app.function(num_instances=2, max_run_time_hours=0.1, quiet=True)(rank_of)
+        ddp = app.function(num_instances=2, workers_per_node=2, max_run_time_hours=0.1,
+                           quiet=True)(ddp_step)
         executor = submitit.AutoExecutor(folder=str(work / "submitit"), cluster="slurm")
         executor.update_parameters(nodes=2, tasks_per_node=1, timeout_min=10,
                                    slurm_partition=cluster.partition)
+        script = work / "ddp_step.py"
+        # leave as flow's workers do (os._exit after flushing): gloo's static teardown can
+        # abort a process at exit, and torchrun then restarts or hangs the whole job
+        script.write_text(DDP_STEP + "import os, sys\nsys.stdout.flush()\nos._exit(0)\n")
+        batch = torchrun_batch(work, script)
 
-        def flow_once() -> float:
-            start = time.perf_counter()
-            assert flow_fn.remote() == 0
-            return time.perf_counter() - start
-
-        def submitit_once() -> float:
-            start = time.perf_counter()
+        def submitit_once() -> None:
             assert sorted(executor.submit(rank_of).results()) == [0, 1]
-            return time.perf_counter() - start
 
-        first = flow_once()
+        def torchrun_once() -> None:
+            cluster.run("sbatch", "--wait", str(batch), timeout=300)
+
+        first = timed(lambda: cold.remote())
         submitit_once()  # its first job, for the page cache
-        times: dict[str, list[float]] = {"flow": [], "submitit": []}
+        torchrun_once()
+        times: dict[str, list[float]] = {side: [] for side in (
+            "flow cold", "submitit", "flow DDP 2x2", "sbatch + srun torchrun")}
         for _ in range(args.repeats):
-            times["flow"].append(flow_once())
-            times["submitit"].append(submitit_once())
+            times["flow cold"].append(timed(lambda: cold.remote()))
+            times["submitit"].append(timed(submitit_once))
+            times["flow DDP 2x2"].append(timed(lambda: ddp.remote()))
+            times["sbatch + srun torchrun"].append(timed(torchrun_once))
+        pool = pool_up("bench", provider="slurm", provider_config=config, num_instances=2,
+                       max_run_time_hours=0.2, idle_stop="10m")
+        try:
+            warm = app.function(num_instances=2, pool="bench", quiet=True)(rank_of)
+            warm.remote()  # the pool's first task
+            times["flow warm (pool)"] = []
+            times["submitit (again)"] = []
+            for _ in range(args.repeats):
+                times["flow warm (pool)"].append(timed(lambda: warm.remote()))
+                times["submitit (again)"].append(timed(submitit_once))
+        finally:
+            pool.down()
         report(first, times)
     finally:
         cluster.stop()
 
 
 def report(first: float, times: dict[str, list[float]]) -> None:
-    medians: dict[str, Any] = {side: statistics.median(values) for side, values in times.items()}
+    medians: dict[str, float] = {side: statistics.median(values)
+                                 for side, values in times.items()}
     print(f"flow first run (builds the node environment): {first:.2f} s")
     for side, values in times.items():
-        print(f"{side:9s} median {medians[side]:.2f} s over {len(values)} runs "
+        print(f"{side:24s} median {medians[side]:.2f} s over {len(values)} runs "
               f"({', '.join(f'{v:.2f}' for v in values)})")
-    ratio = medians["flow"] / medians["submitit"]
-    print(f"flow / submitit (cold, 2 nodes): {ratio:.2f}x (target at most 1.0x)")
+    for ours, theirs, target in (("flow cold", "submitit", 1.0),
+                                 ("flow warm (pool)", "submitit (again)", 0.2),
+                                 ("flow DDP 2x2", "sbatch + srun torchrun", 1.0)):
+        print(f"{ours} / {theirs}: {medians[ours] / medians[theirs]:.2f}x "
+              f"(target at most {target}x)")
 
 
 if __name__ == "__main__":

@@ -131,6 +131,19 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask in
+    ``/proc``); False for a process that is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 def command_line(pid: int, limit: int = 200) -> str:
     """A process's command line for a log line: arguments joined by spaces, anything not
     printable shown as ``?`` (a process names itself, so it cannot forge a line), cut at

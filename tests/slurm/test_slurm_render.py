@@ -131,6 +131,11 @@ def test_min_instances_lets_slurm_start_the_job_on_fewer_nodes(tmp_path: Path) -
     assert not any(line.startswith("#SBATCH --ntasks") for line in lines)
 
 
+def test_a_task_is_warned_before_its_time_limit_and_a_pool_is_not(tmp_path: Path) -> None:
+    assert "#SBATCH --signal=USR1@300" in _script(tmp_path, JobOptions(), warn_before_s=300)
+    assert not any("--signal" in line for line in _script(tmp_path, JobOptions()))
+
+
 def test_spares_keep_the_job_when_a_node_is_lost(tmp_path: Path) -> None:
     assert "#SBATCH --no-kill" in _script(tmp_path, JobOptions(), spares=1)
     assert "#SBATCH --no-kill" not in _script(tmp_path, JobOptions())

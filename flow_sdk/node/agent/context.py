@@ -34,6 +34,8 @@ class NodeContext:
     template: Template | None = None  # a pool node's warm interpreter: workers fork from it
     code_cache: Path | None = None  # a pool node's calls' code, kept by digest between tasks
     stop_requested: threading.Event = field(default_factory=threading.Event)  # SIGTERM
+    # WARNING_SIGNAL: a scheduler's warning that its time limit is near (Slurm's --signal)
+    warned: threading.Event = field(default_factory=threading.Event)
 
     @property
     def task_id(self) -> str:

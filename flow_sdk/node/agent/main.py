@@ -34,7 +34,7 @@ from flow_sdk.node.agent.records import NodeRecords
 from flow_sdk.node.agent.spawn import Template
 from flow_sdk.node.agent.timeline import TimelineRecorder
 from flow_sdk.node.agent.timers import Deadline
-from flow_sdk.node.agent.worker import CALL_CODE_FILE
+from flow_sdk.node.agent.worker import CALL_CODE_FILE, WARNING_SIGNAL
 from flow_sdk.errors import SignatureError
 from flow_sdk.wire import BootConfig, NodePhase, TaskRecord, take_node_boot
 from flow_sdk.wire.pools import pool_of_task
@@ -145,13 +145,15 @@ class Agent:
 
 
 def serve(agent: Agent) -> int:
-    """Run ``agent`` in this process: SIGTERM asks it to stop its workers; a crash is recorded
-    as the task's failure. Its exit status."""
+    """Run ``agent`` in this process: SIGTERM asks it to stop its workers; a scheduler's
+    warning before its time limit is noted (``Watch``); a crash is recorded as the task's
+    failure. Its exit status."""
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         agent.node.stop_requested.set()
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(WARNING_SIGNAL, lambda signum, frame: agent.node.warned.set())
     try:
         return agent.run()
     except Exception as exc:  # last resort: record why the node died, then exit non-zero

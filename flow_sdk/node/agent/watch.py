@@ -17,8 +17,10 @@ from flow_sdk.node.agent.failures import CAP_MESSAGE, worker_failure
 from flow_sdk.node.agent.stacks import CHECK_S as STACKS_CHECK_S
 from flow_sdk.node.agent.stacks import StacksAnswer
 from flow_sdk.node.agent.stall import StallWatch
+from flow_sdk.node.agent.worker import WARNING_SIGNAL
 from flow_sdk.node.agent.workers import WorkerGroup
 from flow_sdk.errors import FlowError
+from flow_sdk.system import procs
 from flow_sdk.wire import NodePhase, Outcome, TaskStatus
 from flow_sdk.node.rendezvous import Membership
 from flow_sdk.node.rendezvous.store import FailureReport, NodeStore, StoreLost
@@ -108,6 +110,9 @@ class Watch:
         ended = self._check_workers()
         if ended is not None:
             return ended
+        if self.node.warned.is_set():
+            self.node.warned.clear()
+            self._note_warning()
         now = time.monotonic()
         self.activity.check(now)
         for check in (self._check_store, self._check_notice, self._check_cancel,
@@ -116,6 +121,18 @@ class Watch:
             if ended is not None:
                 return ended
         return None
+
+    def _note_warning(self) -> None:
+        """The scheduler warned the whole job that its time limit is near: say which of
+        this node's workers catch the warning (a checkpoint handler), and which ignore it."""
+        live = [w for w in self.workers.workers if w.proc.poll() is None]
+        catch = [w.rank for w in live if procs.catches(w.proc.pid, WARNING_SIGNAL)]
+        deaf = [w.rank for w in live if w.rank not in catch]
+        said = [f"rank {', '.join(map(str, catch))} catches it" if catch else "",
+                f"rank {', '.join(map(str, deaf))} does not" if deaf else ""]
+        self.node.log.event(f"node {self.m.node_rank}: the scheduler warned that the job's "
+                            f"time limit is near ({WARNING_SIGNAL.name}); "
+                            + "; ".join(part for part in said if part))
 
     def _check_workers(self) -> Watched | None:
         for exit_ in self.workers.poll():

@@ -27,6 +27,9 @@ from flow_sdk.wire import envvars
 
 _PR_SET_PDEATHSIG = 1
 STACKS_SIGNAL = signal.SIGRTMIN + 4  # a worker dumps its stacks on it (faulthandler)
+# A scheduler's warning before its time limit (Slurm's ``--signal=USR1@...``), sent to every
+# process of the job: a worker ignores it unless the user's code installs a handler.
+WARNING_SIGNAL = signal.SIGUSR1
 ORIGINS_SUFFIX = ".origins.json"  # beside the stacks file: the files of the call's code
 _stacks_file: IO[str] | None = None
 CALL_CODE_FILE = "payload-code"  # in the node's working directory, beside "payload"
@@ -108,7 +111,9 @@ def _run(call: Call) -> Any:
 
 def _diagnosable() -> None:
     """Dump every thread's Python stack into ``FLOW_STACKS_PATH`` on ``STACKS_SIGNAL`` (the
-    agent asks when a rank stalls, or ``task.stacks()``); default collective timeouts."""
+    agent asks when a rank stalls, or ``task.stacks()``); default collective timeouts; the
+    scheduler's warning ignored unless the user's code catches it."""
+    signal.signal(WARNING_SIGNAL, signal.SIG_IGN)  # its default would end the worker
     stacks = os.environ.get(envvars.STACKS_PATH)
     if stacks:
         global _stacks_file

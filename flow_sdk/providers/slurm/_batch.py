@@ -8,8 +8,9 @@ scheduler's grace (``wire.runtimecap.SCHEDULER``, so the controller ends the job
 caller gone and every agent frozen), ``--no-requeue`` (a task is never run twice), a name and
 a comment that identify the task (``flow gc`` finds its jobs by them, and never touches
 others), the GPUs per node, the task's priority (a QoS the site maps it to, or ``--nice``),
-``--no-kill`` where spares stand by (a lost node must not end the job), and the site's options
-from the provider config.
+``--no-kill`` where spares stand by (a lost node must not end the job), a warning signal before
+the time limit (a task's workers that catch SIGUSR1 can write a checkpoint), and the site's
+options from the provider config.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from flow_sdk.wire.runtimecap import SCHEDULER
 JOB_PREFIX = "flow-"  # every job of ours is named flow-TASK_ID
 COMMENT_PREFIX = "flow-task:"  # ... and carries the comment flow-task:TASK_ID
 INSTANCE_ID = "sl{job}-{node:04d}"  # node k of job J; sorts in node order, as ranks follow
+# The time limit's warning: the node agent's worker.WARNING_SIGNAL, five minutes before the
+# limit (three before the runtime cap: the limit is the cap plus the scheduler's grace).
+WARNING_SIGNAL = "USR1"
+WARN_BEFORE_S = 300
 LOW_PRIORITY_NICE = 10000  # ``priority="low"`` where no QoS is named for it: behind the rest
 
 
@@ -75,7 +80,7 @@ def render_batch_script(launch: NodeLaunch, *, task_id: str, nodes: int, time_mi
                         gpus_per_node: str | None, options: JobOptions, python: str,
                         boot_script: Path, launch_file: Path, output: Path,
                         min_nodes: int | None = None, priority: str = "med",
-                        spares: int = 0) -> str:
+                        spares: int = 0, warn_before_s: int | None = None) -> str:
     """The job's batch script: its ``#SBATCH`` options, then one ``srun`` step that runs the
     node bootstrap once on each node the job was given."""
     counts = f"{min_nodes}-{nodes}" if min_nodes not in (None, nodes) else str(nodes)
@@ -91,6 +96,8 @@ def render_batch_script(launch: NodeLaunch, *, task_id: str, nodes: int, time_mi
         lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
     if spares:  # a lost node must not end the job: a spare takes its rank
         lines.append("#SBATCH --no-kill")
+    if warn_before_s:  # every process of the job gets it; workers that catch it checkpoint
+        lines.append(f"#SBATCH --signal={WARNING_SIGNAL}@{warn_before_s}")
     chosen = options.priority_options(priority)
     qos = None if any(o.startswith("--qos=") for o in chosen) else options.qos
     for flag, value in (("partition", options.partition), ("account", options.account),

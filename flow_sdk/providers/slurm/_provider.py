@@ -278,7 +278,8 @@ class SlurmProvider(Provider):
             gpus_per_node=self.gpus_per_node(spec), options=self.settings.options,
             python=self.settings.python, boot_script=self._boot_script(),
             launch_file=launch_file, output=job_dir / "slurm-%j.out",
-            min_nodes=spec.min_instances, priority=spec.priority, spares=spec.spares))
+            min_nodes=spec.min_instances, priority=spec.priority, spares=spec.spares,
+            warn_before_s=None if request.boot.role == "pool" else _batch.WARN_BEFORE_S))
         return parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
 
     def _boot_script(self) -> Path:

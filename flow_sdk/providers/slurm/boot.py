@@ -21,6 +21,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,9 @@ def node_address(node_name: str) -> str:
 
 
 def main(launch_file: str) -> None:
+    # the time limit's warning reaches every process of the job: not fatal to this one, nor
+    # (ignored across exec) to the agent before it installs its own handler
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     launch = json.loads(Path(launch_file).read_text(encoding="utf-8"))
     job, node = os.environ["SLURM_JOB_ID"], int(os.environ["SLURM_NODEID"])
     instance = launch["instance_id"].format(job=job, node=node)

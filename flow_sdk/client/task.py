@@ -386,10 +386,10 @@ class Task:
 
     def ssh(self, node: int = 0, command: str | None = None, *, timeout: float | None = None
             ) -> int | SshResult:
-        """SSH to node ``node``. With ``command``: run it in the node's working directory and
-        environment and return ``SshResult(exit_code, stdout, stderr)``. Without: open an
-        interactive shell on this terminal and return its exit code. The node's host key is
-        the one pinned at launch; any other is refused with ``HostKeyMismatchError``."""
+        """SSH to node ``node`` (on Slurm: an ``srun`` step in its job). With ``command``: run
+        it in the node's working directory and return ``SshResult(exit_code, stdout,
+        stderr)``. Without: open an interactive shell on this terminal; its exit code. The
+        host key is the one pinned at launch; any other raises ``HostKeyMismatchError``."""
         argv = self.provider.shell_command(self._nodes_id, self._reachable(node), command)
         if argv is not None:  # the provider reaches its nodes through its scheduler
             return _ssh.run_local(argv, command, timeout)
@@ -397,4 +397,3 @@ class Task:
         if command is None:
             return _ssh.interactive_shell(endpoint)
         return _ssh.run_command(endpoint, command, timeout=timeout)
-

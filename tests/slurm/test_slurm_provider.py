@@ -182,3 +182,22 @@ def test_the_plan_shows_the_partition_its_idle_nodes_and_the_time_limit(app: Flo
     assert "one job of 2 node(s) on the default partition (3 of 3 idle, MaxTime 01:00:00)" \
         in plan.summary
     assert "time limit 32 min" in plan.summary
+
+
+def prints_lines() -> int:
+    import time
+
+    for step in range(3):
+        print(f"rank {current.rank} line {step}", flush=True)
+        time.sleep(0.2)
+    return current.rank
+
+
+def test_spawn_then_follow_streams_both_nodes_lines_until_the_task_ends(app: FlowApp) -> None:
+    task = app.function(num_instances=2, max_run_time_hours=0.1)(prints_lines).spawn()
+    lines = list(task.logs(follow=True))  # returns once the task has ended
+    for node in (0, 1):
+        mine = [line for line in lines if line.startswith(f"[Node {node}]")]
+        assert [line.split("] ")[-1] for line in mine if "line" in line] == [
+            f"rank {node} line {step}" for step in range(3)], lines
+    assert task.results(timeout=TIMEOUT_S) == [0, 1]

@@ -53,10 +53,12 @@ def assign_ranks(members: Sequence[Addressed], self_id: str) -> Membership:
 
 
 def discover(list_members: Callable[[], Sequence[Member]], self_id: str, expected: int,
-             minimum: int, timeout_s: float, poll_s: float = 0.25,
+             minimum: int, timeout_s: float, poll_s: float = 0.25, max_poll_s: float = 2.0,
              clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep) -> Membership:
-    """Poll the provider's instance list (one call per poll) until ``expected`` nodes run.
+    """Poll the provider's instance list (one call per poll) until ``expected`` nodes run:
+    every ``poll_s`` at first, then less often, up to ``max_poll_s`` apart (every node of a
+    large task polls, and schedulers and clouds limit their callers' request rates).
 
     It settles for ``minimum`` or more running nodes after ``timeout_s``, or at once when no
     node is still coming (every expected node runs or ended: a scheduler gave the job fewer
@@ -82,6 +84,7 @@ def discover(list_members: Callable[[], Sequence[Member]], self_id: str, expecte
                 + (f"; {unlaunched} never appeared" if unlaunched > 0 else "")
                 + ". Raise availability_timeout_s or lower min_instances.")
         sleep(poll_s)
+        poll_s = min(poll_s * 1.5, max_poll_s)
 
 
 def from_record(read: Callable[[], Sequence[Addressed] | None], self_id: str, grace_s: float,

@@ -55,6 +55,21 @@ def test_discover_names_missing_nodes_after_timeout() -> None:
                  sleep=sleep)
 
 
+def test_discover_polls_less_often_the_longer_it_waits() -> None:
+    now, waits = [0.0], []
+
+    def sleep(s: float) -> None:
+        waits.append(s)
+        now[0] += s
+
+    members = [M("i-a", "a"), M("i-b", "b", "pending")]
+    with pytest.raises(RendezvousError):
+        discover(lambda: members, "i-a", expected=2, minimum=2, timeout_s=30,
+                 clock=lambda: now[0], sleep=sleep)
+    assert waits[0] == 0.25 and waits == sorted(waits) and max(waits) == 2.0
+    assert len(waits) < 30  # at a fixed 0.25 s it would have asked 120 times
+
+
 def test_discover_settles_for_min_instances_after_timeout() -> None:
     now = [0.0]
     members = [M("i-a", "a"), M("i-b", "b"), M("i-c", "c", "pending")]

@@ -149,7 +149,7 @@ def describe_plan(plan: LaunchPlan) -> str:
            if plan.cost_at_cap is not None else "no runtime cap: it bills until it ends")
     return (f"plan: {plan.nodes} x {plan.instance_type} in {where}, {plan.market}, "
             f"${plan.usd_per_hour:,.2f}/h per node = ${plan.cost_per_hour:,.2f}/h; {cap}; "
-            f"prices from the catalog of {_catalog_date()}")
+            f"prices from {plan.price_source or 'the catalog of ' + _catalog_date()}")
 
 
 def _catalog_date() -> str:

@@ -75,6 +75,7 @@ class LaunchPlan:
     alternatives: int = 0  # further offers failover would try, in order
     workers_per_node: int = 1  # worker processes each node starts (one per GPU slot)
     summary: str = ""  # the plan in one line, for plans that are not a rented offer
+    price_source: str = ""  # where a price not from the GPU catalog comes from
     warnings: tuple[str, ...] = ()  # why a launch of it would be refused (launch_problems)
 
     @property

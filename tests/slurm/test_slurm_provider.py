@@ -122,6 +122,25 @@ def test_a_task_without_a_time_limit_on_a_partition_without_one_is_refused(
     assert provider.problems(capped) == []
 
 
+def test_a_price_cap_needs_the_node_hours_price_and_then_holds(tmp_path: Path) -> None:
+    def provider(**config: object) -> SlurmProvider:
+        return SlurmProvider(SlurmSettings.parse({"shared_dir": str(tmp_path), **config}),
+                             cluster=_RecordedCluster())
+
+    capped = build_task_spec(app="a", name="t", provider="slurm", num_instances=2,
+                             max_run_time_hours=1, max_price_per_hour=3.0)
+    [unknown] = provider().problems(capped)
+    assert unknown.field == "max_price_per_hour"
+    assert "provider_config['usd_per_node_hour']" in unknown.message
+    [above] = provider(usd_per_node_hour=4.5).problems(capped)
+    assert "costs $4.50" in above.message and "above the cap of $3.00" in above.message
+    priced = provider(usd_per_node_hour=2.5)
+    assert priced.problems(capped) == []
+    plan = priced.plan(capped)
+    assert (plan.usd_per_hour, plan.cost_per_hour, plan.cost_at_cap) == (2.5, 5.0, 5.0)
+    assert "usd_per_node_hour" in plan.price_source
+
+
 def test_gc_finds_our_jobs_by_name_and_comment_and_never_touches_another(
         slurm_clean: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job whose launcher died before it recorded the job id is still found (by its name

@@ -189,7 +189,7 @@ def test_the_launch_file_names_what_each_node_needs_and_no_secret(tmp_path: Path
 def test_settings_are_checked_and_round_trip(tmp_path: Path) -> None:
     config = {"shared_dir": str(tmp_path), "python": "/usr/bin/python3", "partition": "gpu",
               "qos": "high", "extra_sbatch": ["--mem=0"], "gpu_types": {"h100": "nvidia_h100"},
-              "priority_qos": {"low": "scavenger"}}
+              "priority_qos": {"low": "scavenger"}, "usd_per_node_hour": 2.5}
     settings = SlurmSettings.parse(config)
     assert settings.to_config() == config
     assert SlurmSettings.parse(settings.to_config()) == settings
@@ -199,7 +199,9 @@ def test_settings_are_checked_and_round_trip(tmp_path: Path) -> None:
                        ({"python": "python3"}, "absolute path"),
                        ({"gpu_types": {"h100": ""}}, "gpu_types"),
                        ({"priority_qos": {"urgent": "x"}}, "priority_qos"),
-                       ({"priority_qos": {"high": "a b"}}, "priority_qos")):
+                       ({"priority_qos": {"high": "a b"}}, "priority_qos"),
+                       ({"usd_per_node_hour": "2"}, "usd_per_node_hour"),
+                       ({"usd_per_node_hour": -1}, "usd_per_node_hour")):
         with pytest.raises(ProviderError, match=named):
             SlurmSettings.parse(bad)
 

@@ -43,17 +43,15 @@ from flow_sdk.providers.slurm._commands import (
     NAMED_JOB_FIELDS,
     Cluster,
     JobState,
-    minutes,
-    parse_records,
     parse_named_squeue,
     parse_sbatch,
     waiting,
 )
 from flow_sdk.providers.slurm._jobs import Jobs
+from flow_sdk.providers.slurm._partition import Partition, default_minutes, price_problems
 from flow_sdk.providers.slurm._settings import SlurmSettings
 from flow_sdk.spec import TaskSpec
 from flow_sdk.system import procs
-from flow_sdk.wire.runtimecap import SCHEDULER
 
 BOOT_SCRIPT = Path(__file__).with_name("boot.py")
 OUTPUT_TAIL = 10  # lines of a job's Slurm output that a task's error shows
@@ -63,7 +61,7 @@ class SlurmProvider(Provider):
     name: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
         file_volumes=Support.HONOURED, s3_mounts=Support.HONOURED, interconnect=Support.NOTED,
-        pools=Support.HONOURED,
+        pools=Support.HONOURED, price_caps=Support.HONOURED,  # with usd_per_node_hour: check
         notes={"interconnect": "the cluster's own fabric carries the traffic between nodes "
                                "(its administrators chose it)"})
 
@@ -72,6 +70,7 @@ class SlurmProvider(Provider):
         self.root = settings.shared_dir
         self.cluster = cluster or Cluster()
         self.jobs = Jobs(self.cluster)
+        self.partition = Partition(self.cluster, settings.options.partition)
         self._store = FileObjectStore(self.root / "store")
         self._logs = FileLogStore(self.root / "logs")
         # file volumes: folders on the shared filesystem, each node's S3 caches its own
@@ -101,44 +100,9 @@ class SlurmProvider(Provider):
     def check(self, spec: TaskSpec) -> list[FieldProblem]:
         """What the partition can never run, found before anything is submitted (Slurm
         itself would queue such a job for ever where limits are not enforced at submission):
-        more nodes than it has, a time limit above its MaxTime or none at all, a GPU type
-        none of its nodes has."""
-        problems: list[FieldProblem] = []
-        partition, where = self._partition(), self._partition_name()
-        total = int(partition.get("TotalNodes", "0") or 0)
-        if spec.num_instances > total:
-            problems.append(FieldProblem(
-                "num_instances", f"{where} has {total} node(s), fewer than the "
-                f"{spec.num_instances} asked; ask for at most {total} or name another "
-                "partition in provider_config['partition']"))
-        max_minutes = minutes(partition.get("MaxTime", "UNLIMITED"))
-        if spec.max_run_time_hours is None and _partition_minutes(partition) is None:
-            problems.append(FieldProblem(
-                "max_run_time_hours", "the slurm provider needs a time limit for the job and "
-                f"{where} sets none (no DefaultTime or MaxTime); give max_run_time_hours="))
-        elif spec.max_run_time_hours is not None and max_minutes is not None:
-            needed = _batch.time_limit_minutes(spec.max_run_time_hours)
-            if needed > max_minutes:
-                most = (max_minutes - SCHEDULER.grace_minutes()) / 60
-                problems.append(FieldProblem(
-                    "max_run_time_hours", f"{where} runs a job for at most {max_minutes} min "
-                    f"(MaxTime), and this cap needs {needed} min with the scheduler's grace; "
-                    f"give at most {most:.2f}"))
-        wanted = self.gpus_per_node(spec)
-        if wanted is not None:
-            kinds = self._gres_types()
-            kind = wanted.rpartition(":")[0]
-            if not kinds:
-                problems.append(FieldProblem(
-                    "gpu", f"{where} has no GPUs; drop gpu=, or name a partition with GPUs "
-                    "in provider_config['partition']"))
-            elif kind and kind not in kinds:
-                named = sorted(k for k in kinds if k)
-                has = f"GPUs of type {', '.join(named)}" if named else "GPUs of no named type"
-                problems.append(FieldProblem(
-                    "gpu", f"{where} has {has}, not {kind}; ask for one of those, or map the "
-                    "model to the cluster's GRES type in provider_config['gpu_types']"))
-        return problems
+        ``_partition.problems``; and a price cap this provider cannot hold."""
+        return self.partition.problems(spec, self.gpus_per_node(spec)) + price_problems(
+            spec, self.settings.usd_per_node_hour)
 
     def notes(self, spec: TaskSpec) -> list[str]:
         notes = super().notes(spec)
@@ -148,64 +112,29 @@ class SlurmProvider(Provider):
                          "provider_config['priority_qos']['high']")
         return notes
 
-    def _gres_types(self) -> set[str]:
-        """The GPU types the partition's nodes have (``gpu:TYPE:COUNT`` GRES)."""
-        name = self.settings.options.partition
-        output = self.cluster.run(["sinfo", "-h", "-N", *(["-p", name] if name else []),
-                                   "-o", "%G"])
-        kinds: set[str] = set()
-        for gres in ",".join(output.split()).split(","):
-            parts = gres.split("(")[0].split(":")
-            if parts[0] == "gpu" and len(parts) >= 2:
-                kinds.add(parts[1] if len(parts) == 3 else "")
-        return kinds
-
     def plan(self, spec: TaskSpec) -> LaunchPlan:
-        partition = self._partition()
-        return LaunchPlan(self.name, self.gpus_per_node(spec) or "cpu",
-                          self._partition_name(), "slurm", 0.0, spec.num_instances,
+        record, where = self.partition.record(), self.partition.where
+        return LaunchPlan(self.name, self.gpus_per_node(spec) or "cpu", where, "slurm",
+                          self._price, spec.num_instances,
                           spec.max_run_time_hours, workers_per_node=spec.slots_per_node,
                           summary=f"slurm: one job of {spec.num_instances} node(s) on "
-                                  f"{self._partition_name()} ({self._idle_nodes()} of "
-                                  f"{partition.get('TotalNodes', '?')} idle, MaxTime "
-                                  f"{partition.get('MaxTime', '?')}), time limit "
-                                  f"{self._time_minutes(spec, partition)} min; objects under "
-                                  f"{self.root}")
-
-    def _idle_nodes(self) -> int:
-        name = self.settings.options.partition
-        output = self.cluster.run(["sinfo", "-h", *(["-p", name] if name else []),
-                                   "-o", "%D|%T"])
-        return sum(int(count) for count, state in (line.split("|") for line in
-                                                   output.split() if "|" in line)
-                   if state == "idle")
+                                  f"{where} ({self.partition.idle_nodes()} of "
+                                  f"{record.get('TotalNodes', '?')} idle, MaxTime "
+                                  f"{record.get('MaxTime', '?')}), time limit "
+                                  f"{self._time_minutes(spec, record)} min; objects under "
+                                  f"{self.root}",
+                          price_source="provider_config['usd_per_node_hour']")
 
     def rendezvous_ports(self) -> tuple[int, int]:
         """Drawn per task: jobs of several tasks may share a node."""
         return procs.free_port(), procs.free_port()
-
-    def _partition_name(self) -> str:
-        name = self.settings.options.partition
-        return f"partition {name}" if name else "the default partition"
-
-    def _partition(self) -> dict[str, str]:
-        """The job's partition as ``scontrol show partition`` shows it."""
-        name = self.settings.options.partition
-        records = parse_records(self.cluster.run(
-            ["scontrol", "-o", "show", "partition", *([name] if name else [])]))
-        if name is None:
-            records = [r for r in records if r.get("Default") == "YES"] or records[:1]
-        if not records:
-            raise ProviderError(f"slurm: the cluster has no {self._partition_name()}; name "
-                                "one it has in provider_config['partition'] (see `sinfo`)")
-        return records[0]
 
     def _time_minutes(self, spec: TaskSpec, partition: dict[str, str] | None = None
                       ) -> int | None:
         """``--time``: from the cap, else the partition's limit (read here unless given)."""
         if spec.max_run_time_hours is not None:
             return _batch.time_limit_minutes(spec.max_run_time_hours)
-        return _partition_minutes(partition if partition is not None else self._partition())
+        return default_minutes(partition if partition is not None else self.partition.record())
 
     def gpus_per_node(self, spec: TaskSpec) -> str | None:
         """``--gpus-per-node``: the GRES type ``gpu_types`` maps the model to (else the
@@ -221,6 +150,17 @@ class SlurmProvider(Provider):
 
     def _job_dir(self, task_id: str) -> Path:
         return self.root / "jobs" / task_id
+
+    @property
+    def _price(self) -> float:
+        """USD per node-hour, as the config names it (0 where it names none)."""
+        return self.settings.usd_per_node_hour or 0.0
+
+    def _node(self, instance_id: str, task_id: str, address: str, state: InstanceState,
+              launched_at: float, why: str = "") -> Instance:
+        return Instance(instance_id, task_id, address, state, launched_at,
+                        usd_per_hour=self._price, market="slurm", instance_type="node",
+                        waiting=why)
 
     def _nodes_dir(self, task_id: str) -> Path:
         """Where each node of the task has its working folder (named by its instance id)."""
@@ -239,7 +179,7 @@ class SlurmProvider(Provider):
         spec, task_id = request.spec, request.task_id
         time_minutes = self._time_minutes(spec)
         if time_minutes is None:
-            raise ProviderError(f"slurm: {self._partition_name()} sets no time limit; give "
+            raise ProviderError(f"slurm: {self.partition.where} sets no time limit; give "
                                 "max_run_time_hours=")
         private_dirs(self.root)
         launch = node_launch(request, ship_wheels(self._store, self.name))
@@ -252,7 +192,7 @@ class SlurmProvider(Provider):
         now = time.time()
         replace_file(job_dir / "job.json", json.dumps(
             {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now}))
-        return [_instance(_batch.instance_id(job_id, node), task_id, "", "pending", now)
+        return [self._node(_batch.instance_id(job_id, node), task_id, "", "pending", now)
                 for node in range(spec.num_instances)]
 
     def _submit(self, request: LaunchRequest, launch: NodeLaunch, job_dir: Path,
@@ -304,15 +244,15 @@ class SlurmProvider(Provider):
             "launched_at"]
         job = self.job_state(task_id)
         if job is None or job.over:
-            return [_instance(_batch.instance_id(job_id, k), task_id, "", "terminated",
+            return [self._node(_batch.instance_id(job_id, k), task_id, "", "terminated",
                               launched) for k in range(count)]
         if not (job.running or job.state == "COMPLETING") or not job.nodes:
             why = waiting(job)
-            return [_instance(_batch.instance_id(job_id, k), task_id, "", "pending", launched,
+            return [self._node(_batch.instance_id(job_id, k), task_id, "", "pending", launched,
                               why) for k in range(count)]
         given = self.jobs.nodes(job.nodes)  # (name, NodeAddr) in the job's node order
         # with min_instances Slurm may give the job fewer nodes: the others never come
-        return [_instance(_batch.instance_id(job_id, k), task_id,
+        return [self._node(_batch.instance_id(job_id, k), task_id,
                           given[k][1] if k < len(given) else "",
                           "running" if k < len(given) else "terminated", launched)
                 for k in range(max(count, len(given)))]
@@ -379,14 +319,3 @@ class SlurmProvider(Provider):
             if not dry_run:
                 self.jobs.cancel(task_id, job.job_id)
         return report
-
-def _partition_minutes(partition: Mapping[str, str]) -> int | None:
-    """A partition's time limit for a job that gives none: DefaultTime, else MaxTime."""
-    return minutes(partition.get("DefaultTime", "NONE")) or minutes(
-        partition.get("MaxTime", "UNLIMITED"))
-
-
-def _instance(instance_id: str, task_id: str, address: str, state: InstanceState,
-              launched_at: float, why: str = "") -> Instance:
-    return Instance(instance_id, task_id, address, state, launched_at, market="slurm",
-                    instance_type="node", waiting=why)

@@ -13,7 +13,7 @@ from flow_sdk.errors import ProviderError
 from flow_sdk.providers.slurm._batch import JobOptions
 
 _CONFIG_KEYS = ("shared_dir", "python", "partition", "account", "qos", "constraint",
-                "extra_sbatch", "gpu_types", "priority_qos")
+                "extra_sbatch", "gpu_types", "priority_qos", "usd_per_node_hour")
 _PRIORITIES = ("low", "med", "high")
 
 
@@ -25,6 +25,7 @@ class SlurmSettings:
     python: str  # the interpreter the nodes run: the caller's by default
     options: JobOptions = JobOptions()
     gpu_types: Mapping[str, str] = field(default_factory=dict)  # catalog name -> GRES type
+    usd_per_node_hour: float | None = None  # what a node-hour costs: cost shown, price caps
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> SlurmSettings:
@@ -58,6 +59,11 @@ class SlurmSettings:
                                 f"({', '.join(_PRIORITIES)}) to one of the cluster's QoS "
                                 "names, like {'high': 'urgent', 'low': 'scavenger'}, not "
                                 + repr(priority_qos))
+        price = config.get("usd_per_node_hour")
+        if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)
+                                  or not 0 <= price < 10_000):
+            raise ProviderError("provider_config['usd_per_node_hour'] is what one node-hour "
+                                f"of the partition costs, in USD (like 2.5), not {price!r}")
         shared = config.get("shared_dir")
         python = config.get("python") or sys.executable
         if not isinstance(python, str) or not python.startswith("/"):
@@ -65,7 +71,8 @@ class SlurmSettings:
                                 f"interpreter the nodes run, not {python!r}")
         return cls(Path(shared).expanduser() if shared else Path.home() / ".flow-slurm",
                    python, JobOptions(extra_sbatch=tuple(extra), priority_qos=dict(priority_qos),
-                                      **texts), dict(gpu_types))
+                                      **texts), dict(gpu_types),
+                   None if price is None else float(price))
 
     def to_config(self) -> dict[str, Any]:
         options = self.options
@@ -79,4 +86,6 @@ class SlurmSettings:
             config["priority_qos"] = dict(options.priority_qos)
         if self.gpu_types:
             config["gpu_types"] = dict(self.gpu_types)
+        if self.usd_per_node_hour is not None:
+            config["usd_per_node_hour"] = self.usd_per_node_hour
         return config

@@ -1,16 +1,26 @@
 """The Slurm tests use the test runner's cluster (the ``slurm`` fixture of tests/conftest.py);
-after every test no job of the runner's user is left in ``squeue``. ``every_node_busy`` and
+after every test no job of the runner's user is left in ``squeue``. ``app`` is a ``FlowApp``
+on it with a shared folder of the test's own. ``every_node_busy`` and
 ``one_node_busy`` hold nodes with a job of another name, as another user's job would."""
 
 from __future__ import annotations
 
 import getpass
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from flow_sdk import FlowApp
 from flow_testing import wait_until
 from slurm_cluster import SlurmCluster
+
+
+@pytest.fixture
+def app(slurm_clean: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowApp:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_clean.conf))
+    return FlowApp("slurm-test", provider="slurm",
+                   provider_config={"shared_dir": str(tmp_path / "shared")})
 
 
 @pytest.fixture

@@ -50,8 +50,9 @@ def train_for_a_while() -> int:
     return current.rank
 
 
-def _job_processes(job_id: str, node: str) -> list[int]:
-    """The PIDs of job ``job_id``'s processes on node ``node`` (its agent and workers)."""
+def _job_processes(cluster: SlurmCluster, job_id: str, node: str) -> list[int]:
+    """The PIDs of job ``job_id``'s processes on node ``node`` of ``cluster`` (its agent and
+    workers; job ids repeat across the clusters of runners working at once)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -61,7 +62,8 @@ def _job_processes(job_id: str, node: str) -> list[int]:
                 errors="replace").split("\0") if "=" in part)
         except OSError:
             continue
-        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME") == node:
+        if (env.get("SLURM_JOB_ID"), env.get("SLURMD_NODENAME"), env.get("SLURM_CONF")) == (
+                job_id, node, str(cluster.conf)):
             found.append(int(entry.name))
     return found
 
@@ -78,31 +80,31 @@ def _running(app: FlowApp) -> tuple[Task, str, str]:
     return task, job.job_id, provider.jobs.nodes(job.nodes)[1][0]
 
 
+def _failed_within_bound(task: Task) -> str:
+    """The task's error, once it has failed within LOST_WITHIN_S and its job has ended."""
+    wait_until(lambda: task.status is TaskStatus.FAILED, LOST_WITHIN_S, "the task failed")
+    assert task.wait(timeout=60) is TaskStatus.FAILED
+    with pytest.raises(TaskError) as raised:
+        task.result()
+    return str(raised.value)
+
+
 def test_a_node_lost_with_its_slurmd_fails_the_task_naming_it(
         app: FlowApp, cluster: SlurmCluster) -> None:
     task, job_id, node = _running(app)
     os.kill(cluster.pids[f"slurmd-{node}"], signal.SIGKILL)
-    for pid in _job_processes(job_id, node):
+    for pid in _job_processes(cluster, job_id, node):
         os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: task.status is TaskStatus.FAILED, LOST_WITHIN_S,
-               "the task failed")
     # the teardown waits for Slurm to give up on the node (SlurmdTimeout) to end the job
-    assert task.wait(timeout=60) is TaskStatus.FAILED
-    with pytest.raises(TaskError) as raised:
-        task.result()
-    assert f"node 1 (sl{job_id}-0001, " in str(raised.value), str(raised.value)
-    assert "was lost" in str(raised.value)
+    message = _failed_within_bound(task)
+    assert f"node 1 (sl{job_id}-0001, " in message and "was lost" in message, message
 
 
 def test_a_node_set_down_fails_the_task_naming_it(app: FlowApp, cluster: SlurmCluster) -> None:
     task, _, node = _running(app)
     cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=disk_died")
-    wait_until(lambda: task.status is TaskStatus.FAILED, LOST_WITHIN_S,
-               "the task failed")
-    assert task.wait(timeout=60) is TaskStatus.FAILED
-    with pytest.raises(TaskError) as raised:
-        task.result()
-    assert f"node 1 ({node}) is down: disk_died" in str(raised.value), str(raised.value)
+    message = _failed_within_bound(task)
+    assert f"node 1 ({node}) is down: disk_died" in message, message
 
 
 def test_scancel_from_outside_cancels_the_task_saying_so(app: FlowApp,
@@ -139,7 +141,7 @@ def test_on_a_pool_a_spare_takes_the_rank_of_a_node_lost_with_its_slurmd(
                          (name for name, _ in provider.jobs.nodes(job.nodes)), strict=True))
         lost = names[gang[1]]
         os.kill(cluster.pids[f"slurmd-{lost}"], signal.SIGKILL)
-        for pid in _job_processes(job.job_id, lost):
+        for pid in _job_processes(cluster, job.job_id, lost):
             os.kill(pid, signal.SIGKILL)
         assert task.result(timeout=180) == pytest.approx(reference, abs=1e-6)
         spare = ({i.instance_id for i in task.instances()} - set(gang.values())).pop()

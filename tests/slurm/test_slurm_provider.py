@@ -21,13 +21,6 @@ pytestmark = pytest.mark.slow
 TIMEOUT_S = 120
 
 
-@pytest.fixture
-def app(slurm_clean: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowApp:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_clean.conf))
-    return FlowApp("slurm-test", provider="slurm",
-                   provider_config={"shared_dir": str(tmp_path / "shared")})
-
-
 def where() -> dict[str, Any]:
     return {"rank": current.rank, "world": current.world_size, "node": current.node_index,
             "slurm_node": os.environ.get("SLURMD_NODENAME"), "leader": current.main_ip}

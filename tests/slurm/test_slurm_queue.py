@@ -27,13 +27,6 @@ TIMEOUT_S = 120
 BUSY = "queued by Slurm: Resources (the nodes it needs are busy)"
 
 
-@pytest.fixture
-def app(slurm_clean: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowApp:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_clean.conf))
-    return FlowApp("slurm-queue", provider="slurm",
-                   provider_config={"shared_dir": str(tmp_path / "shared")})
-
-
 def world() -> int:
     return current.world_size
 

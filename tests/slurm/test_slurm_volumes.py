@@ -21,13 +21,6 @@ pytestmark = pytest.mark.slow
 TIMEOUT_S = 120
 
 
-@pytest.fixture
-def app(slurm_clean: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowApp:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_clean.conf))
-    return FlowApp("slurm-volumes", provider="slurm",
-                   provider_config={"shared_dir": str(tmp_path / "shared")})
-
-
 def write_then_list(name: str) -> tuple[str, list[str]]:
     folder = current.path("/ckpt", write=True)
     with open(os.path.join(folder, f"{name}-rank{current.rank}"), "w") as fh:

@@ -104,3 +104,46 @@ def test_flow_ssh_runs_a_command_in_the_job_on_the_nodes_own_folder(
     task.cancel()
     with pytest.raises(SshUnavailableError, match="has ended"):
         task.ssh(node=0, command="true")
+
+
+CALLER = """
+import sys
+from flow_sdk import FlowApp
+
+app = FlowApp("slurm-gone", provider="slurm", provider_config={"shared_dir": sys.argv[1]})
+
+@app.function(num_instances=2, max_run_time_hours=0.1)
+def waits() -> None:
+    import time
+    print("waiting", flush=True)
+    time.sleep(300)
+
+task = waits.spawn()
+print(task.task_id, flush=True)
+task.wait()  # the caller is killed here
+"""
+
+
+def test_a_task_whose_caller_died_is_cancelled_from_the_cli_and_gc_leaves_nothing(
+        slurm_clean: SlurmCluster, tmp_path: Path) -> None:
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    caller = subprocess.Popen([sys.executable, str(script), str(tmp_path / "shared")],
+                              stdout=subprocess.PIPE, text=True, env=slurm_clean.env)
+    try:
+        assert caller.stdout is not None
+        task_id = caller.stdout.readline().strip()
+        wait_until(lambda: "RUNNING" in slurm_clean.run("squeue", "-h", "-o", "%T").stdout,
+                   60, "the job running")
+    finally:
+        caller.kill()
+        caller.wait()
+    assert slurm_clean.run("squeue", "-h").stdout.strip()  # the job outlives its caller
+    cancelled = _flow(slurm_clean, "cancel", task_id)
+    assert cancelled.returncode == 0 and "CANCELLED" in cancelled.stdout, cancelled.stderr
+    assert not slurm_clean.run("squeue", "-h").stdout.strip()
+    swept = _flow(slurm_clean, "gc", "--json")  # every provider configuration used here
+    assert swept.returncode == 0, swept.stderr
+    [slurm] = [report for report in json.loads(swept.stdout) if report["provider"] == "slurm"]
+    assert slurm["live_tasks"] == [] and slurm["terminated_instances"] == []  # nothing left
+    assert not slurm_clean.run("squeue", "-h").stdout.strip()

@@ -61,7 +61,8 @@ class SlurmProvider(Provider):
     name: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
         file_volumes=Support.HONOURED, s3_mounts=Support.HONOURED, interconnect=Support.NOTED,
-        pools=Support.HONOURED, price_caps=Support.HONOURED,  # with usd_per_node_hour: check
+        # price caps: held against usd_per_node_hour where the config names it (check)
+        pools=Support.HONOURED, price_caps=Support.HONOURED,
         notes={"interconnect": "the cluster's own fabric carries the traffic between nodes "
                                "(its administrators chose it)"})
 
@@ -245,16 +246,16 @@ class SlurmProvider(Provider):
         job = self.job_state(task_id)
         if job is None or job.over:
             return [self._node(_batch.instance_id(job_id, k), task_id, "", "terminated",
-                              launched) for k in range(count)]
+                               launched) for k in range(count)]
         if not (job.running or job.state == "COMPLETING") or not job.nodes:
             why = waiting(job)
-            return [self._node(_batch.instance_id(job_id, k), task_id, "", "pending", launched,
-                              why) for k in range(count)]
+            return [self._node(_batch.instance_id(job_id, k), task_id, "", "pending",
+                               launched, why) for k in range(count)]
         given = self.jobs.nodes(job.nodes)  # (name, NodeAddr) in the job's node order
         # with min_instances Slurm may give the job fewer nodes: the others never come
         return [self._node(_batch.instance_id(job_id, k), task_id,
-                          given[k][1] if k < len(given) else "",
-                          "running" if k < len(given) else "terminated", launched)
+                           given[k][1] if k < len(given) else "",
+                           "running" if k < len(given) else "terminated", launched)
                 for k in range(max(count, len(given)))]
 
     def scheduler_end(self, task_id: str) -> SchedulerEnd | None:
@@ -277,8 +278,8 @@ class SlurmProvider(Provider):
         its agent, in its allocation), in the node's working folder, with the caller's
         environment as Slurm passes it: a login shell on a pty, or ``command`` under
         ``bash -c``."""
-        recorded, job = self._job(task_id), self.job_state(task_id)
-        if recorded is None or job is None or not job.running:
+        job = self.job_state(task_id)
+        if job is None or not job.running:
             raise ProviderError(f"slurm: task {task_id} has no running job to open a shell in")
         given = self.jobs.nodes(job.nodes)
         node = next((k for k in range(len(given))

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from flow_sdk import lifecycle
 from flow_sdk.client import capguard
+from flow_sdk.errors import SignatureError, TaskNotFoundError
 from flow_sdk.providers.base import Instance
 from flow_sdk.spec import TaskSpec
 from flow_sdk.wire import NodePhase, NodeRecord, Outcome, TaskRecord, TaskStatus
@@ -47,10 +48,23 @@ def judge(task: _Watched) -> tuple[TaskStatus, Outcome | None]:
         return (TaskStatus.FAILED if outcome is None else TaskStatus(outcome.status)), None
     if any(n.phase in (NodePhase.RUNNING, NodePhase.DONE) for n in task.nodes()):
         return TaskStatus.RUNNING, None
-    unstarted = never_started(task.spec, instances)
+    unstarted = _queued_too_long(task, instances)
     if unstarted is not None:
         return TaskStatus.FAILED, unstarted
     return (TaskStatus.PENDING if not instances else TaskStatus.PROVISIONING), None
+
+
+def _queued_too_long(task: _Watched, instances: list[Instance]) -> Outcome | None:
+    """``never_started`` for nodes a scheduler queues; None for any other task, and while no
+    trusted record says how long it may wait (a forged one: the nodes refuse such a task, and
+    a status read must not raise)."""
+    if waiting(instances) is None:
+        return None
+    try:
+        spec = task.spec
+    except (TaskNotFoundError, SignatureError):
+        return None
+    return never_started(spec, instances)
 
 
 def waiting(instances: list[Instance]) -> str | None:

@@ -30,7 +30,6 @@ from flow_sdk.client.cost import cost_per_hour as _cost_per_hour
 from flow_sdk.client.cost import estimated_cost as _estimated_cost
 from flow_sdk.wire import (
     LaunchRecord,
-    NodePhase,
     NodeRecord,
     Outcome,
     TaskRecord,

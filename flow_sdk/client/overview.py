@@ -57,8 +57,8 @@ def task_row(record: dict[str, Any], now: float | None = None) -> TaskRow:
             "provider": record.get("provider"), "created_at": created}
     try:
         task = Task.from_id(record["task_id"])
-        status = task.status
-        waiting = None if status.is_terminal else task.waiting()
+        status, _, instances = taskstate.judge(task)
+        waiting = None if status.is_terminal else taskstate.waiting(instances)
         outcome = task.outcome()
         nodes = task.record().spec.get("num_instances")
         end = outcome.finished_at if outcome is not None else now

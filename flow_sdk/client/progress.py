@@ -29,7 +29,7 @@ from flow_sdk.wire.records import WORKER_ACTIVITIES
 from flow_sdk.providers.base import LaunchPlan
 from flow_sdk.client.failure import HeldTracebacks
 from flow_sdk.client.task import Task
-from flow_sdk.client.taskstate import waiting
+from flow_sdk.client.taskstate import judge, waiting
 
 StreamChoice = Literal["rank0", "all", "none"]
 STREAM_CHOICES: tuple[StreamChoice, ...] = ("rank0", "all", "none")
@@ -207,19 +207,18 @@ def wait_running(task: Task, reporter: Reporter) -> TaskStatus:
     rendezvous n/N) until the task runs or ends;
     once it runs, what its workers do until they run the caller's code (``wait_workers``)."""
     expected = int(task.record().spec.get("num_instances", 1))
-    status = task.status
+    status, _, instances = judge(task)
     while status in (TaskStatus.PENDING, TaskStatus.PROVISIONING):
         joined = len(task.nodes())
         if joined:
             reporter.phase(f"rendezvous: {joined}/{expected} nodes joined")
         else:
-            instances = task.instances()
             up = sum(i.state == "running" for i in instances)
             why = waiting(instances)  # a scheduler's queue: the reason it gives
             reporter.phase(f"provisioning: {up}/{expected} nodes up"
                            + (f"; {why}" if why else ""))
         time.sleep(_POLL_S)
-        status = task.status
+        status, _, instances = judge(task)
     joined = len(task.nodes())
     if status is TaskStatus.RUNNING or joined:  # a short task may end between two polls
         # the nodes passed the start barrier together: each one's record is there, though

@@ -118,7 +118,7 @@ class Task:
     def status(self) -> TaskStatus:
         """The task's state, read from its records and nodes; reading it writes nothing (a
         task whose nodes all vanished reads FAILED before ``wait`` records why)."""
-        return taskstate.judge(self)[0]
+        return taskstate.judge(self).status
 
     def waiting(self) -> str | None:
         """Why the task's nodes wait in a scheduler's queue, in its words ("queued by Slurm:
@@ -131,7 +131,7 @@ class Task:
         outcome = self.outcome()
         if outcome is not None:
             return outcome
-        status, judged = taskstate.judge(self)
+        status, judged, _ = taskstate.judge(self)
         if not status.is_terminal:
             return None
         return self.outcome() or judged or self._vanished()
@@ -189,7 +189,7 @@ class Task:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.05
         while True:
-            status, judged = taskstate.judge(self)
+            status, judged, _ = taskstate.judge(self)
             if status.is_terminal:
                 status = self._settle(judged)
                 self._teardown()

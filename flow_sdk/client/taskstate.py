@@ -8,7 +8,7 @@ records the judged end and tears the nodes down."""
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from flow_sdk import lifecycle
 from flow_sdk.client import capguard
@@ -33,25 +33,35 @@ class _Watched(Protocol):
     def nodes(self) -> list[NodeRecord]: ...
 
 
-def judge(task: _Watched) -> tuple[TaskStatus, Outcome | None]:
+class Reading(NamedTuple):
+    """One reading of a task's state."""
+
+    status: TaskStatus
+    judged: Outcome | None  # the end the caller records itself, where it judged one
+    instances: list[Instance]  # as read for it (none when an outcome or the cap decided)
+
+
+def judge(task: _Watched) -> Reading:
     """The task's state, and the outcome the caller records for an end no node reported that
     it judged itself; None otherwise (nodes that vanished are judged from their logs)."""
     outcome = task.outcome()
     if outcome is not None:
-        return TaskStatus(outcome.status), None
+        return Reading(TaskStatus(outcome.status), None, [])
     late = capguard.judged(task)  # past the cap and its grace: nodes unresponsive
     if late is not None:
-        return TaskStatus.TIMED_OUT, late
+        return Reading(TaskStatus.TIMED_OUT, late, [])
     instances = task.instances()  # all gone, no outcome: FAILED, even after one ran
     if instances and all(i.state == "terminated" for i in instances):
         outcome = task.outcome()  # a node may have reported just before it exited
-        return (TaskStatus.FAILED if outcome is None else TaskStatus(outcome.status)), None
+        return Reading(TaskStatus.FAILED if outcome is None else TaskStatus(outcome.status),
+                       None, instances)
     if any(n.phase in (NodePhase.RUNNING, NodePhase.DONE) for n in task.nodes()):
-        return TaskStatus.RUNNING, None
+        return Reading(TaskStatus.RUNNING, None, instances)
     unstarted = _queued_too_long(task, instances)
     if unstarted is not None:
-        return TaskStatus.FAILED, unstarted
-    return (TaskStatus.PENDING if not instances else TaskStatus.PROVISIONING), None
+        return Reading(TaskStatus.FAILED, unstarted, instances)
+    return Reading(TaskStatus.PENDING if not instances else TaskStatus.PROVISIONING, None,
+                   instances)
 
 
 def _queued_too_long(task: _Watched, instances: list[Instance]) -> Outcome | None:

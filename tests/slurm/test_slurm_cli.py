@@ -16,7 +16,7 @@ import pytest
 from flow_sdk import FlowApp
 from flow_sdk.errors import SshUnavailableError, TaskError
 from flow_sdk.wire import TaskStatus
-from flow_testing import wait_until
+from flow_testing import run_on_terminal, wait_until
 from slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slow
@@ -101,6 +101,9 @@ def test_flow_ssh_runs_a_command_in_the_job_on_the_nodes_own_folder(
                            env=slurm_clean.env, check=False)
     job = task.provider.job_state(task.task_id)  # type: ignore[attr-defined]
     assert shown.returncode == 0 and shown.stdout.split() == [job.job_id], shown.stderr
+    code, typed = run_on_terminal([FLOW, "ssh", task.task_id, "--node", "1"], timeout=60,
+                                  answers=[(b"", b"echo shell-on-$SLURMD_NODENAME; exit 4\n")])
+    assert code == 4 and f"shell-on-{name}" in typed, typed  # a login shell on node 1
     task.cancel()
     with pytest.raises(SshUnavailableError, match="has ended"):
         task.ssh(node=0, command="true")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from flow_sdk import FlowApp, current
+from flow_sdk.client.progress import describe_plan
 from flow_sdk.errors import ValidationError
 from flow_sdk.providers.slurm import SlurmProvider, SlurmSettings
 from flow_sdk.providers.slurm._commands import Cluster
@@ -131,7 +132,7 @@ def test_a_price_cap_needs_the_node_hours_price_and_then_holds(tmp_path: Path) -
     assert priced.problems(capped) == []
     plan = priced.plan(capped)
     assert (plan.usd_per_hour, plan.cost_per_hour, plan.cost_at_cap) == (2.5, 5.0, 5.0)
-    assert "usd_per_node_hour" in plan.price_source
+    assert describe_plan(plan).endswith("prices from provider_config['usd_per_node_hour']")
 
 
 def test_gc_finds_our_jobs_by_name_and_comment_and_never_touches_another(

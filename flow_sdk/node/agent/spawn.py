@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from flow_sdk.node.agent.worker import WARNING_SIGNAL
-
 WORKER_MODULE = "flow_sdk.node.agent.worker"
 # Read by the interpreter, the C library or torch when they start: a worker forked from a
 # template that started with other values would not see the worker's own.
@@ -156,7 +154,6 @@ def _become_worker(env: Mapping[str, str], cwd: Path, output: int) -> None:
     atexit._clear()  # the agent's exit handlers (log shippers) are not the worker's
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
-    signal.signal(WARNING_SIGNAL, signal.SIG_IGN)  # as a worker started cold has it
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(output, 1)

@@ -56,11 +56,16 @@ class Jobs:
     def nodes(self, node_list: str) -> list[tuple[str, str]]:
         """Each node of a job's node list as (name, ``NodeAddr``), in the job's node order
         (``SLURM_NODEID``)."""
+        return [(name, record.get("NodeAddr", "")) for name, record in self._shown_nodes(
+            node_list)]
+
+    def _shown_nodes(self, node_list: str) -> list[tuple[str, dict[str, str]]]:
+        """Each node of a job's node list with its ``scontrol show node`` fields, in the job's
+        node order."""
         names = self.cluster.run(["scontrol", "show", "hostnames", node_list]).split()
-        addresses = {r.get("NodeName", ""): r.get("NodeAddr", "")
-                     for r in parse_records(self.cluster.run(["scontrol", "-o", "show",
-                                                              "node", node_list]))}
-        return [(name, addresses.get(name, "")) for name in names]
+        shown = {r.get("NodeName", ""): r for r in parse_records(self.cluster.run(
+            ["scontrol", "-o", "show", "node", node_list]))}
+        return [(name, shown.get(name, {})) for name in names]
 
     def ended_by(self, job_id: str) -> SchedulerEnd | None:
         """What Slurm says ended the job: cancelled from outside (``scancel``), one of its
@@ -80,16 +85,12 @@ class Jobs:
     def down_nodes(self, node_list: str) -> list[str]:
         """The nodes of a job's node list that are down, drained or failing, each as "node K
         (NAME) is STATE: REASON", K its place in the job (its ``SLURM_NODEID``)."""
-        if not node_list:
-            return []
-        names = self.cluster.run(["scontrol", "show", "hostnames", node_list]).split()
         found = []
-        for record in parse_records(self.cluster.run(["scontrol", "-o", "show", "node",
-                                                      node_list])):
-            name, state = record.get("NodeName", ""), record.get("State", "")
-            if name in names and any(word in state for word in _DOWN_STATES):
+        for node, (name, record) in enumerate(self._shown_nodes(node_list) if node_list else []):
+            state = record.get("State", "")
+            if any(word in state for word in _DOWN_STATES):
                 reason = record.get("Reason", "").split(" [")[0] or "no reason given"
-                found.append(f"node {names.index(name)} ({name}) is {state.lower()}: {reason}")
+                found.append(f"node {node} ({name}) is {state.lower()}: {reason}")
         return found
 
     def cancel(self, task_id: str, job_id: str) -> None:

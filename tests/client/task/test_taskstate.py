@@ -49,19 +49,19 @@ class _Queued:
 
 
 def test_queued_nodes_are_provisioning_until_availability_timeout_then_failed() -> None:
-    assert taskstate.judge(_Queued(time.time() - 10)) == (TaskStatus.PROVISIONING, None)
-    status, judged = taskstate.judge(_Queued(time.time() - 400))
+    assert taskstate.judge(_Queued(time.time() - 10))[:2] == (TaskStatus.PROVISIONING, None)
+    status, judged, _ = taskstate.judge(_Queued(time.time() - 400))
     assert status is TaskStatus.FAILED and judged is not None
     assert judged.label == "infra" and REASON in judged.message
     assert "longer than availability_timeout_s" in judged.message
 
 
 def test_a_forged_record_never_makes_a_status_read_raise() -> None:
-    assert taskstate.judge(_Queued(time.time() - 400, forged=True)) == (
+    assert taskstate.judge(_Queued(time.time() - 400, forged=True))[:2] == (
         TaskStatus.PROVISIONING, None)
 
 
 def test_nodes_that_give_no_reason_never_read_the_record_for_it() -> None:
     task = _Queued(time.time() - 400, reason="", forged=True)
-    assert taskstate.judge(task) == (TaskStatus.PROVISIONING, None)
+    assert taskstate.judge(task)[:2] == (TaskStatus.PROVISIONING, None)
     assert task.spec_reads == []

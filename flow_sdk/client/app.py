@@ -296,7 +296,7 @@ def launch_task(provider: Provider, spec: TaskSpec, packed: payload.PackedCall) 
     signed.put_record(wire.task_key(task_id), record)
     save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
                                            "created_at": record.created_at})
-    boot = BootConfig(task_id, provider.name, provider.config(), secret=secret)
+    boot = BootConfig(task_id, provider.name, provider.node_config(), secret=secret)
     try:
         instances = provider.launch(LaunchRequest(task_id, spec, boot))
     except FlowError as exc:

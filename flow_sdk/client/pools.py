@@ -305,7 +305,8 @@ def start_pool(provider: Provider, spec: TaskSpec) -> Pool:
                         sdkwheel.python_version())
     pool.store.put_record(pool_key(pool_id), record)
     nodes = spec.model_copy(update={"num_instances": spec.num_instances + spec.spares})
-    boot = BootConfig(pool_id, provider.name, provider.config(), secret=secret, role="pool")
+    boot = BootConfig(pool_id, provider.name, provider.node_config(), secret=secret,
+                      role="pool")
     try:
         provider.launch(LaunchRequest(pool_id, nodes, boot))
         pool.wait_ready(spec.boot_timeout_s)

@@ -4,8 +4,7 @@ Like SkyPilot's ``sky/provision``: each cloud implements the same small set of c
 caller never branches on the cloud. A provider plans and launches a task's nodes, lists and
 terminates them, reaches them over SSH, offers an object store, a log store and named volumes
 (and says what a node must do to mount them), and reclaims what ended tasks left behind
-(``gc``). It must be rebuildable from a JSON-safe ``config()`` so that node agents and
-``Task.from_id`` can reach it too. ``tests/contract`` is the suite a provider passes.
+(``gc``). It is rebuilt from a JSON-safe ``config()`` by node agents and ``Task.from_id``.
 """
 
 from __future__ import annotations
@@ -223,13 +222,11 @@ class Volumes(abc.ABC):
         attached or found mounted), sorted by path. Raises VolumeError naming the volume."""
 
     def local_path(self, name: str) -> Path | None:
-        """The volume's data directory on this machine, whether or not it exists yet; None
-        when the provider's volumes live elsewhere."""
+        """The volume's data folder on this machine (None where the volumes live elsewhere)."""
         return None
 
     def shared_mount_caches(self) -> Path | None:
-        """Where the nodes of a task on this machine share their S3 mount caches (removed by
-        ``gc`` once the task ended); None when each node keeps its own cache."""
+        """Where a task's nodes here share S3 mount caches (None: each node keeps its own)."""
         return None
 
 
@@ -241,7 +238,7 @@ class NoVolumes(Volumes):
 
     def _refuse(self) -> ValidationError:
         return ValidationError([FieldProblem("provider", f"provider {self.provider!r} has no "
-                                                         "volumes; use 'local' or 'aws'")])
+                                                         "volumes; use local, aws or slurm")])
 
     def list(self) -> list[VolumeInfo]:
         raise self._refuse()
@@ -290,6 +287,10 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def config(self) -> dict[str, Any]:
         """JSON-safe settings that ``from_config`` takes. Never holds credentials."""
+
+    def node_config(self) -> dict[str, Any]:
+        """``config()`` as the nodes take it (they may reach the cluster another way)."""
+        return self.config()
 
     @property
     @abc.abstractmethod

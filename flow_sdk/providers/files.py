@@ -8,121 +8,88 @@ link), in 0600 files under 0700 directories; a log stream is one file of
 
 from __future__ import annotations
 
-import os
-import secrets
-import shutil
 from pathlib import Path
-from typing import IO
 
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore, safe_part
+from flow_sdk.providers.host import Host, LocalHost
 from flow_sdk.wire.loglines import split_lines
 
 MAX_EPOCH_S = 253402300800.0  # 10000-01-01: later times are no clock's
 
 
+LOCAL = LocalHost()
+
+
 def private_dirs(folder: Path) -> None:
     """Create ``folder`` and its missing parents as 0700: other users cannot read task data."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for path in reversed(missing):
-        path.mkdir(mode=0o700, exist_ok=True)
-
-
-def _private_file(path: Path, flags: int) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
-
-
-def _write_temp(path: Path, data: bytes) -> Path:
-    """``data`` in a new private file beside ``path``."""
-    private_dirs(path.parent)
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    with os.fdopen(_private_file(temp, os.O_EXCL), "wb") as fh:
-        fh.write(data)
-    return temp
+    LOCAL.mkdirs(str(folder))
 
 
 def replace_file(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all: a reader (``flow logs -f`` listing a task's nodes
     while ``cancel`` marks them terminated) never sees it empty or half written."""
-    os.replace(_write_temp(path, text.encode()), path)
+    LOCAL.write(str(path), text.encode())
 
 
 class FileObjectStore(ObjectStore):
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+    """Objects as files under ``root`` on ``host`` (this machine unless given)."""
 
-    def _path(self, key: str) -> Path:
-        return self.root / safe_part(key, "object key")
+    def __init__(self, root: Path, host: Host = LOCAL) -> None:
+        self.root = Path(root)
+        self.host = host
+
+    def _path(self, key: str) -> str:
+        return str(self.root / safe_part(key, "object key"))
 
     def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        os.replace(_write_temp(path, data), path)
+        self.host.write(self._path(key), data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
-        temp = _write_temp(path, data)
-        try:
-            os.link(temp, path)  # atomic: fails when the key exists
-        except FileExistsError:
-            return False
-        finally:
-            temp.unlink()
-        return True
+        return self.host.write(self._path(key), data, "if_absent")
 
     def get(self, key: str) -> bytes | None:
-        path = self._path(key)
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
+        return self.host.read(self._path(key))
 
     def list(self, prefix: str) -> list[str]:
         base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
-        start = base if base.is_dir() else base.parent
-        if not start.is_dir():
-            return []
-        keys = []
-        for dirpath, _dirs, files in os.walk(start):
-            for name in files:
-                if name.startswith("."):
-                    continue
-                key = (Path(dirpath) / name).relative_to(self.root).as_posix()
-                if key.startswith(prefix):
-                    keys.append(key)
-        return sorted(keys)
+        start = base if self.host.kind(str(base)) == "dir" else base.parent
+        under = start.relative_to(self.root).as_posix()
+        keys = [name if under == "." else f"{under}/{name}"
+                for name in self.host.files_under(str(start))]
+        return sorted(key for key in keys if key.startswith(prefix))
 
     def delete_prefix(self, prefix: str) -> int:
         keys = self.list(prefix)
         for key in keys:
-            self._path(key).unlink(missing_ok=True)
+            self.host.remove(self._path(key))
         base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
-        if prefix.endswith("/") and base.is_dir():
-            shutil.rmtree(base, ignore_errors=True)
+        if prefix.endswith("/") and self.host.kind(str(base)) == "dir":
+            self.host.remove(str(base))
         return len(keys)
 
 
 class _FileLogWriter(LogWriter):
-    def __init__(self, path: Path) -> None:
-        private_dirs(path.parent)
-        self._fh: IO[bytes] = os.fdopen(_private_file(path, os.O_APPEND), "ab", buffering=0)
+    def __init__(self, host: Host, path: Path) -> None:
+        self.host, self.path = host, str(path)
+        host.write(self.path, b"", "append")  # the stream exists from now on
 
     def write(self, records: list[LogRecord]) -> None:
         if records:
             text = "".join(f"{r.ts:.6f}\t{line}\n" for r in records
                            for line in split_lines(r.text))
-            self._fh.write(text.encode("utf-8", errors="replace"))
+            self.host.write(self.path, text.encode("utf-8", errors="replace"), "append")
 
     def close(self) -> None:
-        self._fh.close()
+        """Nothing is held open between writes."""
 
 
 class FileLogStore(LogStore):
-    """One file per stream: lines of ``<epoch seconds>\\t<text>``; the cursor is a byte offset."""
+    """One file per stream: lines of ``<epoch seconds>\\t<text>``; the cursor is a byte offset.
+    The files live under ``root`` on ``host`` (this machine unless given)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host: Host = LOCAL) -> None:
         self.root = Path(root)
+        self.host = host
 
     def stream_path(self, task_id: str, stream: str) -> Path:
         """The one file that holds a stream (a writer outside this process may append to it,
@@ -130,21 +97,16 @@ class FileLogStore(LogStore):
         return self.root / safe_part(task_id, "task id") / f"{safe_part(stream, 'stream')}.log"
 
     def writer(self, task_id: str, stream: str) -> LogWriter:
-        return _FileLogWriter(self.stream_path(task_id, stream))
+        return _FileLogWriter(self.host, self.stream_path(task_id, stream))
 
     def streams(self, task_id: str) -> list[str]:
-        folder = self.root / safe_part(task_id, "task id")
-        if not folder.is_dir():
-            return []
-        return sorted(p.name[: -len(".log")] for p in folder.iterdir() if p.name.endswith(".log"))
+        names = self.host.names(str(self.root / safe_part(task_id, "task id"))) or []
+        return sorted(n[: -len(".log")] for n in names if n.endswith(".log"))
 
     def read(self, task_id: str, stream: str, cursor: int = 0) -> tuple[list[LogRecord], int]:
-        path = self.stream_path(task_id, stream)
-        if not path.exists():
+        chunk = self.host.read(str(self.stream_path(task_id, stream)), cursor)
+        if chunk is None:
             return [], cursor
-        with open(path, "rb") as fh:
-            fh.seek(cursor)
-            chunk = fh.read()
         end = chunk.rfind(b"\n") + 1  # only whole lines; a half-written one waits
         return parse_log_lines(chunk[:end]), cursor + end
 

@@ -9,12 +9,12 @@ the format the provider asks for), so they are tested on recorded output too.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from flow_sdk.errors import ProviderError
+from flow_sdk.providers.files import LOCAL
+from flow_sdk.providers.host import Host
 
 COMMAND_TIMEOUT_S = 60.0
 JOB_FIELDS = "%i|%T|%N|%r"  # squeue's format: job id, state, node list, reason
@@ -55,25 +55,29 @@ ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RE
 
 
 class Cluster:
-    """Slurm's commands on this machine's ``PATH``."""
+    """Slurm's commands on ``host``'s ``PATH``: this machine's unless given (a login node
+    reached over SSH)."""
+
+    def __init__(self, host: Host = LOCAL, where: str = "here") -> None:
+        self.host = host
+        self.where = where  # the machine, in words: "here", "on login node user@host"
 
     def run(self, argv: Sequence[str]) -> str:
         """Run one Slurm command; its standard output."""
-        if shutil.which(argv[0]) is None:
+        code, out, err = self.host.run(list(argv), COMMAND_TIMEOUT_S)
+        if code == 127:
             raise SlurmCommandError(
-                f"slurm: `{argv[0]}` is not on PATH here: run on a login node of the cluster "
-                "(where sbatch, squeue and scontrol are), or install Slurm's client commands")
-        try:
-            done = subprocess.run(list(argv), capture_output=True, text=True,
-                                  timeout=COMMAND_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
+                f"slurm: `{argv[0]}` is not on PATH {self.where}: run on a login node of the "
+                "cluster (where sbatch, squeue and scontrol are), or reach one with "
+                "provider_config['login'] = 'user@host'")
+        if code == 124:
             raise SlurmCommandError(f"slurm: `{' '.join(argv)}` did not answer within "
-                                    f"{COMMAND_TIMEOUT_S:.0f}s; is the controller up?") from None
-        if done.returncode != 0:
-            said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            raise SlurmCommandError(f"slurm: `{' '.join(argv)}` exited {done.returncode}: "
+                                    f"{COMMAND_TIMEOUT_S:.0f}s; is the controller up?")
+        if code != 0:
+            said = (err.strip() or out.strip()).splitlines()
+            raise SlurmCommandError(f"slurm: `{' '.join(argv)}` exited {code}: "
                                     f"{said[-1] if said else 'no output'}")
-        return done.stdout
+        return out
 
 
 # What Slurm's commonest reasons for a pending job mean to the person waiting; others are shown

@@ -1,20 +1,20 @@
 """The Slurm provider: a task is one batch job on a Slurm cluster; each node of the job runs
 one node agent; the task's objects and logs live in the file store on the cluster's shared
-filesystem (``shared_dir``), which the caller and every node see.
+filesystem (``shared_dir``), which every node sees.
 
-Run it where Slurm's commands are (a login node). A launch ships the SDK's wheel (and a
-plug-in's) into the store by digest, writes the node bootstrap, the launch file and one 0600
-boot file per node under ``shared_dir``, and submits the batch script (``_batch``). A job is
+Run it where Slurm's commands are (a login node), or from another machine with ``login``:
+then every command and every file of ``shared_dir`` goes through one SSH connection to the
+login node (``sshhost.SshHost``), and the nodes get the config without it.
+
+A launch ships the SDK's wheel (and a plug-in's) into the store by digest, writes the node
+bootstrap, the launch file and one 0600 boot file per node under ``shared_dir``, and submits the batch script (``_batch``). A job is
 all or nothing: Slurm starts every node of it or none, so a launch never leaves half a gang.
 """
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
-import os
-import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,7 +36,8 @@ from flow_sdk.providers.base import (
 from flow_sdk.providers.dirvolumes import DirectoryVolumes
 from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.providers.capabilities import Capabilities, Support
-from flow_sdk.providers.files import FileLogStore, FileObjectStore, private_dirs, replace_file
+from flow_sdk.providers.files import LOCAL, FileLogStore, FileObjectStore
+from flow_sdk.providers.host import Host
 from flow_sdk.providers.launch import NodeLaunch, node_launch, ship_wheels
 from flow_sdk.providers.slurm import _batch
 from flow_sdk.providers.slurm._commands import (
@@ -50,6 +51,7 @@ from flow_sdk.providers.slurm._commands import (
 from flow_sdk.providers.slurm._jobs import Jobs
 from flow_sdk.providers.slurm._partition import Partition, default_minutes, price_problems
 from flow_sdk.providers.slurm._settings import SlurmSettings
+from flow_sdk.providers import sshhost
 from flow_sdk.spec import TaskSpec
 from flow_sdk.system import procs
 
@@ -68,12 +70,17 @@ class SlurmProvider(Provider):
 
     def __init__(self, settings: SlurmSettings, cluster: Cluster | None = None) -> None:
         self.settings = settings
-        self.root = settings.shared_dir
-        self.cluster = cluster or Cluster()
+        self.host: Host = LOCAL if settings.login is None else sshhost.connect(
+            settings.login, settings.python, settings.ssh_config)
+        self.root = Path(settings.shared_dir)
+        if settings.shared_dir.startswith("~"):  # the home of the machine the commands run on
+            self.root = Path(self.host.home()) / Path(settings.shared_dir).relative_to("~")
+        self.cluster = cluster or Cluster(self.host, "here" if settings.login is None
+                                          else f"on the login node {settings.login}")
         self.jobs = Jobs(self.cluster)
         self.partition = Partition(self.cluster, settings.options.partition)
-        self._store = FileObjectStore(self.root / "store")
-        self._logs = FileLogStore(self.root / "logs")
+        self._store = FileObjectStore(self.root / "store", self.host)
+        self._logs = FileLogStore(self.root / "logs", self.host)
         # file volumes: folders on the shared filesystem, each node's S3 caches its own
         self._volumes = DirectoryVolumes(self, self.root, self.root / "jobs")
 
@@ -82,7 +89,14 @@ class SlurmProvider(Provider):
         return cls(SlurmSettings.parse(config))
 
     def config(self) -> dict[str, Any]:
-        return self.settings.to_config()
+        return {**self.settings.to_config(), "shared_dir": str(self.root)}
+
+    def node_config(self) -> dict[str, Any]:
+        """The nodes run Slurm's commands and see ``shared_dir`` themselves: no login."""
+        config = self.config()
+        for key in ("login", "ssh_config"):
+            config.pop(key, None)
+        return config
 
     @property
     def store(self) -> ObjectStore:
@@ -169,8 +183,8 @@ class SlurmProvider(Provider):
 
     def _job(self, task_id: str) -> dict[str, Any] | None:
         """What the launch recorded of the task's job: its id, node count and launch time."""
-        path = self._job_dir(task_id) / "job.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        data = self.host.read(str(self._job_dir(task_id) / "job.json"))
+        return json.loads(data) if data is not None else None
 
     def _job_id(self, task_id: str) -> str | None:
         job = self._job(task_id)
@@ -182,17 +196,17 @@ class SlurmProvider(Provider):
         if time_minutes is None:
             raise ProviderError(f"slurm: {self.partition.where} sets no time limit; give "
                                 "max_run_time_hours=")
-        private_dirs(self.root)
+        self.host.mkdirs(str(self.root))
         launch = node_launch(request, ship_wheels(self._store, self.name))
         job_dir = self._job_dir(task_id)
         try:
             job_id = self._submit(request, launch, job_dir, time_minutes)
         except BaseException:  # nothing was queued: leave no boot file (the secret) behind
-            shutil.rmtree(job_dir, ignore_errors=True)
+            self.host.remove(str(job_dir))
             raise
         now = time.time()
-        replace_file(job_dir / "job.json", json.dumps(
-            {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now}))
+        self.host.write(str(job_dir / "job.json"), json.dumps(
+            {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now}).encode())
         return [self._node(_batch.instance_id(job_id, node), task_id, "", "pending", now)
                 for node in range(spec.num_instances)]
 
@@ -200,36 +214,33 @@ class SlurmProvider(Provider):
                 time_minutes: int) -> str:
         """Write the job's boot files, launch file and batch script; submit it; its id."""
         spec, task_id = request.spec, request.task_id
-        private_dirs(job_dir / "boot")
         for node in range(spec.num_instances):  # each agent reads and removes its own
-            fd = os.open(job_dir / "boot" / f"{node}.json",
-                         os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(launch.boot_text())
+            self.host.write(str(job_dir / "boot" / f"{node}.json"),
+                            launch.boot_text().encode(), "new")
         wheels = [{"path": str(self._store.root / w.key), "sha256": w.sha256,
                    "filename": w.filename} for w in launch.wheels]
         launch_file = job_dir / "launch.json"
-        replace_file(launch_file, _batch.render_launch_file(
+        self.host.write(str(launch_file), _batch.render_launch_file(
             launch, task_id=task_id, wheels=wheels, envs=self.root / "envs",
             boot_files=job_dir / "boot", nodes_dir=self._nodes_dir(task_id),
-            boot_log=str(self._logs.stream_path(task_id, boot_stream("{instance}")))))
+            boot_log=str(self._logs.stream_path(task_id, boot_stream("{instance}")))).encode())
         script = job_dir / "batch.sh"
-        replace_file(script, _batch.render_batch_script(
+        self.host.write(str(script), _batch.render_batch_script(
             launch, task_id=task_id, nodes=spec.num_instances, time_minutes=time_minutes,
             gpus_per_node=self.gpus_per_node(spec), options=self.settings.options,
             python=self.settings.python, boot_script=self._boot_script(),
             launch_file=launch_file, output=job_dir / "slurm-%j.out",
             min_nodes=spec.min_instances, priority=spec.priority, spares=spec.spares,
-            warn_before_s=None if request.boot.role == "pool" else _batch.WARN_BEFORE_S))
+            warn_before_s=None if request.boot.role == "pool" else _batch.WARN_BEFORE_S
+        ).encode())
         return parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
 
     def _boot_script(self) -> Path:
         """The node bootstrap on the shared filesystem, by digest (what the nodes run)."""
         data = BOOT_SCRIPT.read_bytes()
         path = self.root / "boot" / f"{hashlib.sha256(data).hexdigest()[:16]}.py"
-        if not path.exists():
-            private_dirs(path.parent)
-            replace_file(path, data.decode("utf-8"))
+        if self.host.kind(str(path)) is None:
+            self.host.write(str(path), data)
         return path
 
     def job_state(self, task_id: str) -> JobState | None:
@@ -267,8 +278,8 @@ class SlurmProvider(Provider):
         if end is None or end.cancelled:
             return end
         output = self._job_dir(task_id) / f"slurm-{job_id}.out"
-        lines = output.read_text(errors="replace").splitlines()[-OUTPUT_TAIL:] if (
-            output.is_file()) else []
+        data = self.host.read(str(output))
+        lines = data.decode(errors="replace").splitlines()[-OUTPUT_TAIL:] if data else []
         return SchedulerEnd(end.message + (f"; the end of Slurm's output of the job ({output}):"
                                            "\n  " + "\n  ".join(lines) if lines else ""))
 
@@ -289,13 +300,15 @@ class SlurmProvider(Provider):
                                 f"{instance_id}")
         step = ["srun", f"--jobid={job.job_id}", "--overlap", f"--nodelist={given[node][0]}",
                 "--nodes=1", "--ntasks=1", f"--chdir={self._nodes_dir(task_id) / instance_id}"]
-        return step + (["--pty", "bash", "-l"] if command is None else ["bash", "-c", command])
+        step += ["--pty", "bash", "-l"] if command is None else ["bash", "-c", command]
+        return step if self.settings.login is None else self.host.command(
+            step, tty=command is None)
 
     def terminate(self, task_id: str) -> None:
         job_id = self._job_id(task_id)
         if job_id is not None:
             self.jobs.cancel(task_id, job_id)
-        shutil.rmtree(self._job_dir(task_id) / "boot", ignore_errors=True)  # secrets
+        self.host.remove(str(self._job_dir(task_id) / "boot"))  # secrets
 
     def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None
            ) -> GcReport:
@@ -305,7 +318,7 @@ class SlurmProvider(Provider):
         other tasks live, and jobs that are not ours are never touched."""
         report = GcReport(self.name, dry_run)
         listed = parse_named_squeue(self.cluster.run(
-            ["squeue", "-h", "-u", getpass.getuser(), "-o", NAMED_JOB_FIELDS]))
+            ["squeue", "-h", "--me", "-o", NAMED_JOB_FIELDS]))
         for job, name, comment in listed:
             task_id = comment.removeprefix(_batch.COMMENT_PREFIX)
             if not (comment.startswith(_batch.COMMENT_PREFIX) and name == _batch.job_name(

@@ -1,0 +1,174 @@
+"""The Slurm provider from another machine: ``login=`` reaches the cluster through a real
+OpenSSH server on loopback standing in for its login node (the test runner's cluster behind
+it). The caller's own ``SLURM_CONF`` names no cluster, so a Slurm command run here would
+fail; and an audit hook shows this process never opens, lists or writes a path of
+``shared_dir`` itself: every file and command goes through the one SSH connection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flow_sdk import FlowApp
+from flow_sdk.errors import ProviderError
+from flow_sdk.providers import sshhost
+from flow_sdk.providers.local._sshd import find_sshd, generate_keys
+from flow_sdk.system import procs
+from flow_sdk.wire import TaskStatus
+from flow_testing import wait_until
+from slurm_cluster import SlurmCluster
+
+pytestmark = pytest.mark.slow
+# what touches a path, as the interpreter's audit events name it
+_FILE_EVENTS = ("open", "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.replace",
+                "os.remove", "os.rmdir", "os.link", "os.chmod", "shutil.rmtree")
+_SEEN: list[tuple[str, str]] = []
+_WATCHED: list[str] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _WATCHED and event in _FILE_EVENTS and args:
+        path = os.fsdecode(args[0]) if isinstance(args[0], str | bytes | os.PathLike) else ""
+        if any(path.startswith(root) for root in _WATCHED):
+            _SEEN.append((event, path))
+
+
+sys.addaudithook(_audit)
+
+
+@dataclass(frozen=True)
+class LoginNode:
+    name: str  # the Host of ``ssh_config``
+    ssh_config: Path
+    pid: int
+
+
+@pytest.fixture(scope="module")
+def login_node(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[LoginNode]:
+    """An sshd on loopback whose sessions reach the test cluster (``SetEnv SLURM_CONF``),
+    as a login node's do; a client config that names it ``flow-login``."""
+    root = tmp_path_factory.mktemp("login")
+    sshd = find_sshd()
+    assert sshd is not None, "the OpenSSH server is part of the dev set-up"
+    host_key, user_key = root / "host_key", root / "user_key"
+    host_public, user_public = generate_keys("ssh-keygen", [host_key, user_key], "flow-test")
+    (root / "authorized_keys").write_text(user_public + "\n")
+    port = procs.free_port()
+    (root / "sshd_config").write_text("\n".join([
+        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
+        f"PidFile {root / 'sshd.pid'}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
+        "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
+        f"SetEnv SLURM_CONF={slurm.conf}", ""]))
+    (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_public}\n")
+    config = root / "ssh_config"
+    config.write_text("\n".join([
+        "Host flow-login", "  HostName 127.0.0.1", f"  Port {port}", "  User root",
+        f"  IdentityFile {user_key}", "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {root / 'known_hosts'}", "  StrictHostKeyChecking yes", ""]))
+    with open(root / "sshd.log", "wb") as log:
+        server = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")],
+                                  stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: subprocess.run(
+            ["ssh", "-F", str(config), "-o", "BatchMode=yes", "flow-login", "true"],
+            capture_output=True, timeout=30, check=False).returncode == 0, 30,
+            f"the login node's sshd ({(root / 'sshd.log')})")
+        yield LoginNode("flow-login", config, server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def laptop(login_node: LoginNode, slurm_clean: SlurmCluster, tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[FlowApp]:
+    """A ``FlowApp`` on the cluster through the login node, from a caller whose own
+    ``SLURM_CONF`` names no cluster; the audit of ``shared_dir`` armed."""
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-cluster-here.conf"))
+    shared = tmp_path / "shared"
+    app = FlowApp("slurm-login", provider="slurm", provider_config={
+        "login": login_node.name, "ssh_config": str(login_node.ssh_config),
+        "python": sys.executable, "shared_dir": str(shared)})
+    _SEEN.clear()
+    _WATCHED[:] = [str(shared)]
+    try:
+        yield app
+    finally:
+        _WATCHED.clear()
+        _close(login_node)
+
+
+def _close(login_node: LoginNode) -> None:
+    """End this process's connection to the login node (it lasts as long as the process)."""
+    sshhost.connect(login_node.name, sys.executable, str(login_node.ssh_config)).close()
+
+
+def _ranks() -> dict[str, str]:
+    return {"rank": os.environ["RANK"], "node": os.environ["SLURMD_NODENAME"]}
+
+
+def test_a_task_runs_from_another_machine_through_the_login_node(laptop: FlowApp) -> None:
+    f = laptop.function(num_instances=2, max_run_time_hours=0.1)(_ranks)
+    assert f.remote()["rank"] == "0"
+    task = f.spawn()
+    results = task.results(timeout=120)
+    assert [r["rank"] for r in results] == ["0", "1"]
+    assert len({r["node"] for r in results}) == 2
+    assert _SEEN == []
+
+
+def test_a_task_is_watched_and_cancelled_through_the_login_node(laptop: FlowApp) -> None:
+    def chatty() -> None:
+        import time
+        print("step 1", flush=True)
+        time.sleep(300)
+
+    task = laptop.function(num_instances=2, max_run_time_hours=0.1)(chatty).spawn()
+    wait_until(lambda: sum("step 1" in line for line in task.logs()) == 2, 120,
+               "the first step's line of both nodes")
+    shell = task.ssh(node=1, command="echo $SLURMD_NODENAME; pwd")
+    assert shell.exit_code == 0 and shell.stdout.split()[1].endswith(
+        "/" + task.instances()[1].instance_id)
+    task.cancel()
+    assert task.wait(timeout=60) == TaskStatus.CANCELLED
+    assert _SEEN == []
+
+
+def test_an_unreachable_login_node_is_named_before_anything_is_submitted(
+        login_node: LoginNode, slurm_clean: SlurmCluster, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(login_node.ssh_config.read_text().replace(
+        "Port ", f"Port {procs.free_port()}\n  # was Port "))
+    app = FlowApp("slurm-login", provider="slurm", provider_config={
+        "login": login_node.name, "ssh_config": str(config), "python": sys.executable,
+        "shared_dir": str(tmp_path / "shared")})
+    with pytest.raises(ProviderError, match=r"ssh flow-login: .*Connection refused.*check "
+                                            r"that `ssh flow-login .* -V` works"):
+        app.function(num_instances=2, max_run_time_hours=0.1)(_ranks)  # checks the partition
+    assert slurm_clean.jobs_left(within_s=1) == ""
+    assert not (tmp_path / "shared").exists()
+
+
+def test_the_nodes_get_the_config_without_the_login(login_node: LoginNode,
+                                                     tmp_path: Path) -> None:
+    from flow_sdk.providers.slurm import SlurmProvider
+
+    provider = SlurmProvider.from_config({
+        "login": login_node.name, "ssh_config": str(login_node.ssh_config),
+        "python": sys.executable})
+    try:
+        assert provider.root == Path.home() / ".flow-slurm"  # ~ of the login node's user
+        assert provider.config()["login"] == "flow-login"
+        assert json.dumps(provider.node_config()).count("login") == 0
+    finally:
+        _close(login_node)

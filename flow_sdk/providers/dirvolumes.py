@@ -20,9 +20,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import os
 import secrets
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,8 @@ from flow_sdk.home import tasksecrets
 from flow_sdk.errors import RecordError, SignatureError, VolumeError, VolumeInUseError
 from flow_sdk.wire import TaskRecord, signing
 from flow_sdk.providers.base import Log, NodeMount, Provider, VolumeInfo, Volumes
+from flow_sdk.providers.files import LOCAL
+from flow_sdk.providers.host import Host
 from flow_sdk.spec import TaskSpec, VolumeSpec
 
 VOLUME_FILE = "volume.json"
@@ -60,10 +60,11 @@ class DirectoryVolume:
 
 
 class VolumeDirs:
-    """The volumes under one provider root."""
+    """The volumes under one provider root, on ``host`` (this machine unless given)."""
 
-    def __init__(self, provider_root: Path) -> None:
+    def __init__(self, provider_root: Path, host: Host = LOCAL) -> None:
         self.root = Path(provider_root) / "volumes"
+        self.host = host
 
     def path(self, name: str) -> Path:
         """Where volume ``name`` lives (whether or not it exists); the name is checked."""
@@ -73,22 +74,20 @@ class VolumeDirs:
     def get(self, name: str) -> DirectoryVolume | None:
         """The volume ``name``, or None when there is none."""
         folder = self.path(name)
-        try:
-            meta = json.loads((folder / VOLUME_FILE).read_text())
-        except FileNotFoundError:
+        data = self.host.read(str(folder / VOLUME_FILE))
+        if data is None:
             return None
+        meta = json.loads(data)
         return DirectoryVolume(meta["name"], int(meta["size_gb"]), meta["interface"],
                            float(meta["created_at"]), folder)
 
     def list(self) -> list[DirectoryVolume]:
         """Every volume, sorted by name."""
-        if not self.root.is_dir():
-            return []
         found = []
-        for entry in sorted(self.root.iterdir()):
-            if entry.name.startswith(".") or not entry.is_dir():
+        for name in self.host.names(str(self.root)) or []:
+            if name.startswith("."):
                 continue
-            volume = self.get(entry.name)
+            volume = self.get(name)
             if volume is not None:
                 found.append(volume)
         return found
@@ -101,16 +100,15 @@ class VolumeDirs:
         existing = self.get(spec.name)
         if existing is not None:
             return self._compatible(existing, spec), False
-        self.root.mkdir(parents=True, exist_ok=True)
         temp = self.root / f".new-{spec.name}-{secrets.token_hex(4)}"
-        (temp / DATA_DIR).mkdir(parents=True)
+        self.host.mkdirs(str(temp / DATA_DIR))
         meta = {"name": spec.name, "size_gb": spec.size_gb, "interface": spec.interface,
                 "created_at": time.time()}
-        (temp / VOLUME_FILE).write_text(json.dumps(meta, sort_keys=True))
+        self.host.write(str(temp / VOLUME_FILE), json.dumps(meta, sort_keys=True).encode())
         try:
-            os.rename(temp, self.path(spec.name))
+            self.host.rename(str(temp), str(self.path(spec.name)))
         except OSError as exc:
-            shutil.rmtree(temp)
+            self.host.remove(str(temp))
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise VolumeError(f"could not create volume {spec.name!r} under "
                                   f"{self.root}: {exc}") from exc
@@ -145,8 +143,8 @@ class VolumeDirs:
             raise VolumeInUseError(f"block volume {name!r} is attached to a running node of "
                                    f"task {holder}; cancel that task first")
         doomed = self.root / f".deleting-{name}-{secrets.token_hex(4)}"
-        os.rename(volume.root, doomed)  # the name is free at once; then remove the files
-        shutil.rmtree(doomed)
+        self.host.rename(str(volume.root), str(doomed))  # the name is free at once
+        self.host.remove(str(doomed))
         return True
 
     # -- block volumes: one node at a time ------------------------------------------------
@@ -178,7 +176,7 @@ class VolumeDirs:
     def attached_to(self, name: str) -> str | None:
         """The task id holding block volume ``name``, or None when no process holds it."""
         path = self.path(name) / ATTACH_LOCK
-        if not path.exists():
+        if self.host.kind(str(path)) is None:  # never attached (a host without block volumes)
             return None
         with open(path) as handle:
             try:
@@ -189,13 +187,14 @@ class VolumeDirs:
         return None
 
 
-def running_tasks_using(provider: Provider, launched: Path, name: str) -> tuple[str, ...]:
+def running_tasks_using(provider: Provider, launched: Path, name: str,
+                        host: Host = LOCAL) -> tuple[str, ...]:
     """Tasks of ``provider`` (``launched`` holds a folder per task it launched) with a live
     node that use volume ``name``, or may: a task counts while any node of it runs (the
     provider's own view; never the store's say-so, which a store writer could forge), unless
     its record, sealed with its secret that this machine holds, shows it does not name the
     volume. A task whose record is missing, junk, forged, or not checkable here may use it."""
-    ids = {p.name for p in launched.iterdir() if p.is_dir()} if launched.is_dir() else set()
+    ids = set(host.names(str(launched)) or [])
     ids.update(key.split("/")[1] for key in provider.store.list("tasks/")
                if key.endswith("/task.json") and key.count("/") == 2)
     return tuple(task_id for task_id in sorted(ids)
@@ -227,17 +226,20 @@ class DirectoryVolumes(Volumes):
     machine), None where each node keeps its own."""
 
     def __init__(self, provider: Provider, root: Path, launched: Path,
-                 caches: Path | None = None) -> None:
+                 caches: Path | None = None, host: Host = LOCAL) -> None:
         self.provider = provider
         self.root = Path(root)
         self.launched = launched
         self.caches = caches
-        self.dirs = VolumeDirs(self.root)
+        self.host = host
+        self.dirs = VolumeDirs(self.root, host)
+
+    def _users(self, name: str) -> tuple[str, ...]:
+        return running_tasks_using(self.provider, self.launched, name, self.host)
 
     def _info(self, volume: DirectoryVolume) -> VolumeInfo:
         return VolumeInfo(volume.name, volume.interface, volume.size_gb, self.provider.name,
-                          str(volume.data), None, volume.created_at,
-                          running_tasks_using(self.provider, self.launched, volume.name))
+                          str(volume.data), None, volume.created_at, self._users(volume.name))
 
     def list(self) -> list[VolumeInfo]:
         return [self._info(v) for v in self.dirs.list()]
@@ -248,7 +250,7 @@ class DirectoryVolumes(Volumes):
 
     def delete(self, name: str, *, force: bool = False) -> bool:
         if not force:
-            users = running_tasks_using(self.provider, self.launched, name)
+            users = self._users(name)
             if users:
                 raise VolumeInUseError(f"volume {name!r} is used by running task(s) "
                                        f"{', '.join(users)}; cancel them or pass force=True")
@@ -269,7 +271,7 @@ class DirectoryVolumes(Volumes):
         return mounts
 
     def local_path(self, name: str) -> Path | None:
-        return self.dirs.path(name) / DATA_DIR
+        return self.dirs.path(name) / DATA_DIR if self.host is LOCAL else None
 
     def shared_mount_caches(self) -> Path | None:
         return self.caches

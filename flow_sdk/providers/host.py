@@ -66,7 +66,7 @@ class LocalHost:
             with open(path, "rb") as fh:
                 fh.seek(offset)
                 return fh.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def write(self, path: str, data: bytes, mode: str = "replace") -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,15 +19,18 @@ from typing import Any
 import pytest
 
 from flow_sdk import FlowApp
+from flow_sdk.volumes import create_volume, delete_volume, list_volumes
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers import sshhost
 from flow_sdk.providers.local._sshd import find_sshd, generate_keys
 from flow_sdk.system import procs
 from flow_sdk.wire import TaskStatus
-from flow_testing import wait_until
+from flow_testing import run_on_terminal, wait_until
 from slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slow
+_BESIDE = Path(sys.executable).with_name("flow")
+FLOW = str(_BESIDE) if _BESIDE.exists() else (shutil.which("flow") or "flow")
 # what touches a path, as the interpreter's audit events name it
 _FILE_EVENTS = ("open", "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.replace",
                 "os.remove", "os.rmdir", "os.link", "os.chmod", "shutil.rmtree")
@@ -141,6 +145,62 @@ def test_a_task_is_watched_and_cancelled_through_the_login_node(laptop: FlowApp)
         "/" + task.instances()[1].instance_id)
     task.cancel()
     assert task.wait(timeout=60) == TaskStatus.CANCELLED
+    assert _SEEN == []
+
+
+def _sleeps() -> None:
+    import time
+    time.sleep(300)
+
+
+def _flow(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([FLOW, *args], capture_output=True, text=True, timeout=180,
+                          check=False, stdin=subprocess.DEVNULL)
+
+
+def test_the_flow_command_reaches_a_task_through_the_login_node(laptop: FlowApp) -> None:
+    """Another process finds the task's login in its record: status, a shell on a node's
+    terminal, cancel and gc, each process with a connection of its own."""
+    task = laptop.function(num_instances=2, max_run_time_hours=0.1)(_sleeps).spawn()
+    try:
+        wait_until(lambda: task.status == TaskStatus.RUNNING, 120, "the task running")
+        shown = _flow("status", task.task_id, "--json")
+        assert json.loads(shown.stdout)["status"] == "RUNNING", shown.stderr
+        code, typed = run_on_terminal(
+            [FLOW, "ssh", task.task_id, "--node", "1"], timeout=60,
+            answers=[(b"", b"echo shell-on-$SLURMD_NODENAME; exit 4\n")])
+        node = task.instances()[1].instance_id
+        assert code == 4 and "shell-on-n" in typed and f"/{node}# " in typed, typed
+        cancelled = _flow("cancel", task.task_id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert task.wait(timeout=60) == TaskStatus.CANCELLED
+    finally:
+        task.cancel()
+    swept = _flow("gc")
+    assert swept.returncode == 0, swept.stderr
+    assert _SEEN == []
+
+
+def _write_to(path: str) -> list[str]:
+    import time
+    Path(path, os.environ["RANK"]).write_text("seen")
+    deadline = time.monotonic() + 60
+    while len(os.listdir(path)) < 2 and time.monotonic() < deadline:  # the other node's
+        time.sleep(0.1)
+    return sorted(os.listdir(path))
+
+
+def test_volumes_are_made_listed_and_deleted_through_the_login_node(laptop: FlowApp) -> None:
+    config = laptop.provider().config()
+    assert create_volume("ckpt", 10, provider="slurm", provider_config=config).name == "ckpt"
+    f = laptop.function(num_instances=2, max_run_time_hours=0.1, volumes={"/ckpt": "ckpt"})(
+        _write_to)
+    assert f.remote("/ckpt") == ["0", "1"]
+    [listed] = list_volumes(provider="slurm", provider_config=config)
+    assert (listed.name, listed.interface, listed.size_gb) == ("ckpt", "file", 10)
+    assert listed.in_use_by == ()
+    assert delete_volume("ckpt", provider="slurm", provider_config=config)
+    assert list_volumes(provider="slurm", provider_config=config) == []
     assert _SEEN == []
 
 

@@ -82,7 +82,7 @@ class SlurmProvider(Provider):
         self._store = FileObjectStore(self.root / "store", self.host)
         self._logs = FileLogStore(self.root / "logs", self.host)
         # file volumes: folders on the shared filesystem, each node's S3 caches its own
-        self._volumes = DirectoryVolumes(self, self.root, self.root / "jobs")
+        self._volumes = DirectoryVolumes(self, self.root, self.root / "jobs", host=self.host)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> SlurmProvider:

@@ -88,6 +88,24 @@ class SlurmCluster:
                 return left.strip()
             time.sleep(0.2)
 
+    def job_processes(self, job_id: str, node: str | None = None) -> list[int]:
+        """The PIDs of job ``job_id``'s processes (on node ``node`` when given): its batch
+        script, steps, agents and workers. Job ids repeat across the clusters of runners
+        working at once, so the process's ``SLURM_CONF`` must name this one."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                env = dict(part.split("=", 1) for part in (entry / "environ").read_bytes(
+                    ).decode(errors="replace").split("\0") if "=" in part)
+            except OSError:
+                continue
+            if (env.get("SLURM_JOB_ID"), env.get("SLURM_CONF")) == (job_id, str(self.conf)) and (
+                    node is None or env.get("SLURMD_NODENAME") == node):
+                found.append(int(entry.name))
+        return found
+
     def logs(self) -> str:
         """The tail of every daemon's log, for a failure message."""
         parts = []

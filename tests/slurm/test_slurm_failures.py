@@ -50,24 +50,6 @@ def train_for_a_while() -> int:
     return current.rank
 
 
-def _job_processes(cluster: SlurmCluster, job_id: str, node: str) -> list[int]:
-    """The PIDs of job ``job_id``'s processes on node ``node`` of ``cluster`` (its agent and
-    workers; job ids repeat across the clusters of runners working at once)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = dict(part.split("=", 1) for part in (entry / "environ").read_bytes().decode(
-                errors="replace").split("\0") if "=" in part)
-        except OSError:
-            continue
-        if (env.get("SLURM_JOB_ID"), env.get("SLURMD_NODENAME"), env.get("SLURM_CONF")) == (
-                job_id, node, str(cluster.conf)):
-            found.append(int(entry.name))
-    return found
-
-
 def _running(app: FlowApp) -> tuple[Task, str, str]:
     """A 2-node task running its workers: the task, its job id and the name of node 1."""
     task = app.function(num_instances=2, max_run_time_hours=0.1)(train_for_a_while).spawn()
@@ -93,7 +75,7 @@ def test_a_node_lost_with_its_slurmd_fails_the_task_naming_it(
         app: FlowApp, cluster: SlurmCluster) -> None:
     task, job_id, node = _running(app)
     os.kill(cluster.pids[f"slurmd-{node}"], signal.SIGKILL)
-    for pid in _job_processes(cluster, job_id, node):
+    for pid in cluster.job_processes(job_id, node):
         os.kill(pid, signal.SIGKILL)
     # the teardown waits for Slurm to give up on the node (SlurmdTimeout) to end the job
     message = _failed_within_bound(task)
@@ -141,7 +123,7 @@ def test_on_a_pool_a_spare_takes_the_rank_of_a_node_lost_with_its_slurmd(
                          (name for name, _ in provider.jobs.nodes(job.nodes)), strict=True))
         lost = names[gang[1]]
         os.kill(cluster.pids[f"slurmd-{lost}"], signal.SIGKILL)
-        for pid in _job_processes(cluster, job.job_id, lost):
+        for pid in cluster.job_processes(job.job_id, lost):
             os.kill(pid, signal.SIGKILL)
         assert task.result(timeout=180) == pytest.approx(reference, abs=1e-6)
         spare = ({i.instance_id for i in task.instances()} - set(gang.values())).pop()

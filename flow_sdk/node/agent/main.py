@@ -63,7 +63,8 @@ class Agent:
                                 log, gang, KernelLog(), timeline, template, code_cache)
 
     def run(self) -> int:
-        """The node's exit status: 0 when the task succeeded, 1 when it failed."""
+        """The node's exit status: 0 when the task succeeded or was cancelled (the node
+        stopped as asked: a scheduler records its job COMPLETED, not FAILED), else 1."""
         node = self.node
         node.log(f"agent started on {node.instance_id} ({node.address}), task {node.task_id}")
         try:
@@ -138,7 +139,7 @@ class Agent:
         while True:
             ended = Generation(self.node, number, spec, record).run(cap)
             if ended is not NodePhase.RESTARTING:
-                return 0 if ended is NodePhase.DONE else 1
+                return 0 if ended in (NodePhase.DONE, NodePhase.CANCELLED) else 1
             number += 1
             self.node.log.event(f"generation {number} is starting (restart {number} of at "
                                 f"most {spec.max_restarts})")

@@ -20,6 +20,9 @@ from flow_sdk.providers.slurm._commands import (
 )
 
 STOP_WAIT_S = 30.0  # after scancel, how long a cancel waits for the job to leave the nodes
+# how long a task's running job has to end by itself before scancel: agents check for a
+# cancel every 2 s, then stop their workers (SIGTERM, then SIGKILL after 5 s)
+CANCEL_GRACE_S = 15.0
 _DOWN_STATES = ("DOWN", "DRAIN", "FAIL")  # words of a node state that took a job's node away
 
 
@@ -93,9 +96,19 @@ class Jobs:
                 found.append(f"node {node} ({name}) is {state.lower()}: {reason}")
         return found
 
-    def cancel(self, task_id: str, job_id: str) -> None:
-        """Cancel the job, and wait until Slurm has ended every process of it (the job has
-        left ``COMPLETING``)."""
+    def cancel(self, task_id: str, job_id: str, grace_s: float = 0.0) -> None:
+        """End the job, and wait until Slurm has ended every process of it (the job has left
+        ``COMPLETING``). A running job first has ``grace_s`` to end by itself (its agents
+        stop on the task's signed cancel or outcome, and the job ends COMPLETED with its
+        logs whole); what still runs then is cancelled with ``scancel``."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            job = self.queued(job_id)
+            if job is None or job.over:
+                return
+            if not job.running:
+                break
+            time.sleep(0.2)
         self.cluster.run(["scancel", "--full", job_id])
         deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline:

@@ -48,7 +48,7 @@ from flow_sdk.providers.slurm._commands import (
     parse_sbatch,
     waiting,
 )
-from flow_sdk.providers.slurm._jobs import Jobs
+from flow_sdk.providers.slurm._jobs import CANCEL_GRACE_S, Jobs
 from flow_sdk.providers.slurm._partition import Partition, default_minutes, price_problems
 from flow_sdk.providers.slurm._settings import SlurmSettings
 from flow_sdk.providers import sshhost
@@ -206,7 +206,8 @@ class SlurmProvider(Provider):
             raise
         now = time.time()
         self.host.write(str(job_dir / "job.json"), json.dumps(
-            {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now}).encode())
+            {"job_id": job_id, "nodes": spec.num_instances, "launched_at": now,
+             "role": request.boot.role}).encode())
         return [self._node(_batch.instance_id(job_id, node), task_id, "", "pending", now)
                 for node in range(spec.num_instances)]
 
@@ -305,9 +306,12 @@ class SlurmProvider(Provider):
             step, tty=command is None)
 
     def terminate(self, task_id: str) -> None:
-        job_id = self._job_id(task_id)
-        if job_id is not None:
-            self.jobs.cancel(task_id, job_id)
+        """A task's job first has ``CANCEL_GRACE_S`` to end by itself (``Jobs.cancel``); a
+        pool's daemons stop only when told, so its job is cancelled at once."""
+        job = self._job(task_id)
+        if job is not None:
+            self.jobs.cancel(task_id, str(job["job_id"]), 0.0 if job.get("role") == "pool"
+                             else CANCEL_GRACE_S)
         self.host.remove(str(self._job_dir(task_id) / "boot"))  # secrets
 
     def gc(self, *, dry_run: bool = False, ended: Mapping[str, str] | None = None

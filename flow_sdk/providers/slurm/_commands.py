@@ -9,6 +9,7 @@ the format the provider asks for), so they are tested on recorded output too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,11 @@ from flow_sdk.providers.files import LOCAL
 from flow_sdk.providers.host import Host
 
 COMMAND_TIMEOUT_S = 60.0
+RETRY_WAITS_S = (0.5, 1.0, 2.0, 4.0)  # between the tries of a read the controller refused
+_READS = ("squeue", "scontrol", "sinfo")  # what may run again (never sbatch: a second job)
+# what Slurm's commands print when the controller is busy or limits this user's calls
+_BUSY = ("Socket timed out", "Unable to contact slurm controller",
+         "Resource temporarily unavailable", "RPC rate limit", "Rate limit exceeded")
 JOB_FIELDS = "%i|%T|%N|%r"  # squeue's format: job id, state, node list, reason
 NAMED_JOB_FIELDS = JOB_FIELDS + "|%j|%k"  # ... then the job's name and its comment
 
@@ -63,8 +69,14 @@ class Cluster:
         self.where = where  # the machine, in words: "here", "on login node user@host"
 
     def run(self, argv: Sequence[str]) -> str:
-        """Run one Slurm command; its standard output."""
-        code, out, err = self.host.run(list(argv), COMMAND_TIMEOUT_S)
+        """Run one Slurm command; its standard output. A read the controller answers busy
+        (it rate-limits each user's calls) is tried again after ``RETRY_WAITS_S``."""
+        for wait in (*RETRY_WAITS_S, None):
+            code, out, err = self.host.run(list(argv), COMMAND_TIMEOUT_S)
+            if wait is None or code in (0, 124, 127) or argv[0] not in _READS or not any(
+                    word in err for word in _BUSY):
+                break
+            time.sleep(wait)
         if code == 127:
             raise SlurmCommandError(
                 f"slurm: `{argv[0]}` is not on PATH {self.where}: run on a login node of the "

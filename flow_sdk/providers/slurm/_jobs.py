@@ -5,6 +5,8 @@ task did not, and its cancel."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 from flow_sdk.errors import ProviderError
@@ -19,6 +21,9 @@ from flow_sdk.providers.slurm._commands import (
     parse_squeue,
 )
 
+QUEUE_FRESH_S = 1.0  # how long one listing of the user's queue answers for every job
+_QUEUES: dict[tuple[int, str], tuple[float, dict[str, JobState]]] = {}  # by cluster
+_QUEUES_LOCK = threading.Lock()
 STOP_WAIT_S = 30.0  # after scancel, how long a cancel waits for the job to leave the nodes
 # how long a task's running job has to end by itself before scancel: agents check for a
 # cancel every 2 s, then stop their workers (SIGTERM, then SIGKILL after 5 s)
@@ -43,10 +48,24 @@ class Jobs:
             raise
         return parse_squeue(output).get(job_id)
 
+    def listed(self, job_id: str) -> JobState | None:
+        """The job as one ``squeue --me`` of every job of this user shows it: taken at most
+        ``QUEUE_FRESH_S`` ago, and shared by every provider of this process on the same
+        cluster (``flow list`` of many tasks asks once). None when it was not listed then."""
+        key = (id(self.cluster.host), os.environ.get("SLURM_CONF", ""))
+        with _QUEUES_LOCK:
+            taken = _QUEUES.get(key)
+            if taken is None or time.monotonic() - taken[0] > QUEUE_FRESH_S:
+                taken = (time.monotonic(), parse_squeue(self.cluster.run(
+                    ["squeue", "-h", "--me", "-o", JOB_FIELDS])))
+                _QUEUES[key] = taken
+        return taken[1].get(job_id)
+
     def state(self, job_id: str) -> JobState | None:
-        """The job: ``squeue`` first, then ``scontrol`` (a job stays there a while after it
-        ends); None when neither knows it."""
-        return self.queued(job_id) or self._shown(job_id)
+        """The job: in the queue (``listed``) first, then ``scontrol`` (a job stays there a
+        while after it ends, and one submitted since the listing is there too); None when
+        neither knows it."""
+        return self.listed(job_id) or self._shown(job_id)
 
     def _shown(self, job_id: str) -> JobState | None:
         try:

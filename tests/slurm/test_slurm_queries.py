@@ -1,0 +1,75 @@
+"""How often the Slurm provider asks the controller, on recorded answers: the states of many
+tasks come from one listing of the user's queue (``flow list`` asks once, not once a task),
+and a read the controller refuses as busy is asked again after a back-off, never a submit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flow_sdk.providers.files import LOCAL
+from flow_sdk.providers.slurm import SlurmProvider, SlurmSettings
+from flow_sdk.providers.slurm import _commands
+from flow_sdk.providers.slurm._commands import Cluster, SlurmCommandError
+
+QUEUE = "11|RUNNING|n[1-2]|None\n12|PENDING||Priority\n"
+
+
+class _Host:
+    """``LocalHost`` whose Slurm commands answer from ``answers`` (argv[0] -> list of
+    (exit code, stdout, stderr), the last one repeated), each call recorded."""
+
+    def __init__(self, answers: dict[str, list[tuple[int, str, str]]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(LOCAL, name)
+
+    def run(self, argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+        self.calls.append(argv)
+        said = self.answers[argv[0]]
+        return said.pop(0) if len(said) > 1 else said[0]
+
+
+def _provider(tmp_path: Path, host: _Host) -> SlurmProvider:
+    return SlurmProvider(SlurmSettings.parse({"shared_dir": str(tmp_path)}),
+                         cluster=Cluster(host))  # type: ignore[arg-type]
+
+
+def test_the_states_of_many_tasks_come_from_one_listing_of_the_queue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "recorded.conf"))
+    host = _Host({"squeue": [(0, QUEUE, "")]})
+    for task, job in (("a", 11), ("b", 12)):
+        (tmp_path / "jobs" / task).mkdir(parents=True)
+        (tmp_path / "jobs" / task / "job.json").write_text(json.dumps(
+            {"job_id": job, "nodes": 2, "launched_at": 0.0}))
+    first, second = _provider(tmp_path, host), _provider(tmp_path, host)  # as Task.from_id
+    a, b = first.job_state("a"), second.job_state("b")
+    assert a is not None and (a.state, a.nodes) == ("RUNNING", "n[1-2]")
+    assert b is not None and (b.state, b.reason) == ("PENDING", "Priority")
+    assert [call[:3] for call in host.calls] == [["squeue", "-h", "--me"]]
+
+
+def test_a_busy_controller_is_asked_again_after_a_back_off_and_a_submit_never(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(_commands.time, "sleep", waits.append)
+    busy = (1, "", "squeue: error: slurm_load_jobs error: Socket timed out on send/recv "
+                   "operation")
+    host = _Host({"squeue": [busy, busy, (0, QUEUE, "")],
+                  "sbatch": [(1, "", "sbatch: error: Batch job submission failed: Socket "
+                                     "timed out on send/recv operation")]})
+    cluster = Cluster(host)  # type: ignore[arg-type]
+    assert cluster.run(["squeue", "-h"]) == QUEUE
+    assert waits == list(_commands.RETRY_WAITS_S[:2])
+    with pytest.raises(SlurmCommandError, match="Socket timed out"):
+        cluster.run(["sbatch", "--parsable", "job.sh"])
+    assert [call[0] for call in host.calls].count("sbatch") == 1
+    host.answers["squeue"] = [busy]
+    with pytest.raises(SlurmCommandError, match="exited 1: .*Socket timed out"):
+        cluster.run(["squeue", "-h"])
+    assert waits[2:] == list(_commands.RETRY_WAITS_S)

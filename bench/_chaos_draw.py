@@ -2,7 +2,8 @@
 
 ``draw(seed)`` is a pure function of the seed (``random.Random(seed)``), so a scenario is
 replayed by its seed. ``draw(seed, kind=..., provider=...)`` pins the fault kind and provider
-(the smoke's fixed seeds use it to cover every kind on both providers).
+(the smoke's fixed seeds use it to cover every kind on every provider). The ``slurm`` lane
+runs only pinned (``--provider slurm``), on a Slurm cluster the bench starts.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from _chaos_proxy import EC2_ERRORS, S3_ERRORS
 
-PROVIDERS = ("local", "aws-sim")
+PROVIDERS = ("local", "aws-sim")  # what an unpinned scenario draws from
+LANES = (*PROVIDERS, "slurm")  # every provider a scenario may be pinned to
 PHASES = ("launch", "boot", "rendezvous", "barrier", "training", "upload", "teardown")
 EARLY = PHASES[:4]
 NODE_PHASES = PHASES[1:]  # a node process exists from boot on
@@ -22,30 +24,36 @@ RUN_PHASES = PHASES[4:]  # workers exist from training on
 
 # kind -> (providers it applies to, phases it may strike at)
 KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "sigkill-agent": (PROVIDERS, NODE_PHASES),
-    "sigkill-worker": (PROVIDERS, RUN_PHASES),
-    "sigkill-leader": (PROVIDERS, NODE_PHASES),
+    "sigkill-agent": (LANES, NODE_PHASES),
+    "sigkill-worker": (LANES, RUN_PHASES),
+    "sigkill-leader": (LANES, NODE_PHASES),
     "sigkill-keeper": (("local",), NODE_PHASES),
     "sigkill-sshd": (("local",), NODE_PHASES),
-    "sigstop-agent": (PROVIDERS, NODE_PHASES),
-    "sigstop-worker": (PROVIDERS, RUN_PHASES),
-    "sigstop-leader": (PROVIDERS, NODE_PHASES),
+    "sigstop-agent": (LANES, NODE_PHASES),
+    "sigstop-worker": (LANES, RUN_PHASES),
+    "sigstop-leader": (LANES, NODE_PHASES),
     "sigstop-keeper": (("local",), NODE_PHASES),
     "sigstop-sshd": (("local",), NODE_PHASES),
-    "caller-sigint": (PROVIDERS, PHASES),
-    "caller-sigkill": (PROVIDERS, PHASES),
+    "caller-sigint": (LANES, PHASES),
+    "caller-sigkill": (LANES, PHASES),
     "ec2-error": (("aws-sim",), PHASES),
     "s3-error": (("aws-sim",), PHASES),
     "disk-full": (PROVIDERS, NODE_PHASES),
     "port-taken": (PROVIDERS, ("launch",)),
-    "slow-node": (PROVIDERS, ("boot", "rendezvous", "barrier", "training")),
-    "cancel": (PROVIDERS, PHASES),
+    "slow-node": (LANES, ("boot", "rendezvous", "barrier", "training")),
+    "cancel": (LANES, PHASES),
     "pool-kill": (("local",), ("training", "upload")),
     "pool-idle-stop": (("local",), ("launch",)),
-    "none": (PROVIDERS, ("launch",)),  # the fault-free run: only when pinned (--kind none)
+    "sigkill-slurmd": (("slurm",), NODE_PHASES),  # a node lost: its slurmd and the job's
+    "scancel": (("slurm",), PHASES),  # the job cancelled from outside the task
+    "node-down": (("slurm",), NODE_PHASES),  # an administrator sets a node of the job down
+    # every process of the job frozen and the caller killed: only Slurm's --time ends it
+    "time-limit": (("slurm",), ("training",)),
+    "none": (LANES, ("launch",)),  # the fault-free run
 }
 POOL_KINDS = ("pool-kill", "pool-idle-stop")
-ALONE_KINDS = ("port-taken", "none", *POOL_KINDS)  # drawn as the scenario's only fault
+PINNED_KINDS = ("none", "time-limit")  # drawn only when pinned (--kind): no fault; minutes
+ALONE_KINDS = ("port-taken", *PINNED_KINDS, *POOL_KINDS)  # drawn as the only fault
 
 # EC2 calls by phase (what the caller, the nodes or the teardown call then)
 EC2_ACTIONS: dict[str, tuple[str, ...]] = {
@@ -136,10 +144,10 @@ def draw(seed: int, kind: str | None = None, provider: str | None = None) -> Sce
     rng = random.Random(seed)
     provider = provider or rng.choice(PROVIDERS)
     kinds = [k for k, (providers, _) in sorted(KINDS.items())
-             if provider in providers and k != "none"]
+             if provider in providers and k not in PINNED_KINDS]
     first = kind or rng.choice(kinds)
-    if first == "none":
-        kinds.append("none")
+    if first in PINNED_KINDS and provider in KINDS[first][0]:
+        kinds.append(first)
     if first not in kinds:
         raise ValueError(f"fault kind {first!r} does not apply to {provider}")
     nodes = rng.randint(1, 4)

@@ -1,7 +1,10 @@
 """Strike a scenario's faults at their phases, from outside the SDK: signals by PID, a full
 filesystem, a taken port, the caller's own signals (SIGINT, SIGKILL, SIGUSR1 for cancel).
 
-A phase is recognised by what can be seen: the task's record in the store (launch), a node
+On Slurm (the bench's cluster, ``Stage.cluster``) a node is lost with its ``slurmd`` and the
+job's processes on it, set down with ``scontrol``, or the job ``scancel``-ed; the time-limit
+case freezes every process of the job and kills the caller, so only Slurm's ``--time`` ends
+it. A phase is recognised by what can be seen: the task's record in the store (launch), a node
 process (boot), an agent (rendezvous), every agent (barrier), a rank's start mark (training),
 a done mark (result upload), every done mark (teardown). A fault whose phase or victim never
 shows up within its wait is reported as missed, not struck.
@@ -18,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from _chaos_draw import Fault, Scenario
 from _chaos_procs import (
@@ -44,6 +48,7 @@ class Stage:
     caller_pid: int
     exclude: set[int]
     record_found: Callable[[], int | None]  # the store's rdzv port once the record exists
+    cluster: Any = None  # the slurm lane's cluster (tests/slurm_cluster.SlurmCluster)
     stop: threading.Event = field(default_factory=threading.Event)
     log: list[str] = field(default_factory=list)
     struck_at: list[float] = field(default_factory=list)
@@ -139,6 +144,42 @@ def _slow_node(stage: Stage, fault: Fault) -> bool:
     return True
 
 
+def _slurm_fault(stage: Stage, fault: Fault) -> bool:
+    cluster, procs = stage.cluster, stage.procs()
+    if fault.kind == "scancel":
+        listed = cluster.run("squeue", "-h", "--me", "-o", "%i").stdout.split()
+        for job in listed:
+            cluster.run("scancel", job, check=False)
+        stage.note(f"scancel: job(s) {listed}")
+        return bool(listed)
+    if fault.kind == "time-limit":
+        for proc in procs:
+            try:
+                os.kill(proc.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue
+        os.kill(stage.caller_pid, signal.SIGKILL)
+        stage.note(f"time-limit: froze {len(procs)} process(es), killed the caller")
+        return True
+    agents = node_victims(procs, "agent", fault.node)
+    node = agents[0].slurm_node if agents else None
+    if node is None:
+        return False
+    if fault.kind == "node-down":
+        cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=chaos")
+        stage.note(f"node-down: {node}")
+        return True
+    os.kill(cluster.pids[f"slurmd-{node}"], signal.SIGKILL)
+    lost = [p for p in procs if p.slurm_node == node]
+    for proc in lost:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    stage.note(f"sigkill-slurmd: {node} and {len(lost)} process(es) of the job there")
+    return True
+
+
 def _kill_pool_worker(stage: Stage, fault: Fault, deadline: float) -> bool:
     while not stage.stop.is_set() and time.monotonic() < deadline:
         victims = pool_workers(stage.procs(), fault.node)
@@ -229,6 +270,8 @@ def _apply(stage: Stage, fault: Fault, disk: Path | None, deadline: float) -> bo
         return True
     if kind == "slow-node":
         return _slow_node(stage, fault)
+    if kind in ("sigkill-slurmd", "node-down", "scancel", "time-limit"):
+        return _slurm_fault(stage, fault)
     if kind == "disk-full" and disk is not None:
         stage.note(f"disk-full: {disk} {fill(disk)}")
         return True

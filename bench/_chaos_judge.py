@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from _chaos_run import Bench, Result
 
 GC_SETTLE_S = 15.0  # after `flow gc`, the task's state is read for this long at most
-LOG_SHIP_S = {"local": 1.0, "aws-sim": 3.0}  # a line printed this long before the fault is shipped
+LOG_SHIP_S = {"local": 1.0, "aws-sim": 3.0, "slurm": 1.0}  # a line printed this long before the fault is shipped
 
 
 def _client_config(home: Path, task_id: str, fallback: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +77,8 @@ def judge(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[byt
     result = Result(sc.seed, sc.provider, sc.kinds, [f.phase for f in sc.faults],
                     sc.describe(), "HUNG", 0.0, round(bound, 1), 0)
     exited = _caller_end(caller, deadline)
-    killed = "caller-sigkill" in sc.kinds and bool(stage.struck_at) and caller.returncode == -9
+    killed = bool({"caller-sigkill", "time-limit"} & set(sc.kinds)) and bool(
+        stage.struck_at) and caller.returncode == -9
     if killed:  # as its user would: wait for the nodes to be done, then `flow gc` once
         _settle_orphan(bench, sc, stage, finder, deadline)
         result.notes.append(run_gc(bench, sc, stage.home))

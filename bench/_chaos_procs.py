@@ -23,6 +23,7 @@ class Proc:
     state: str
     cmdline: str
     instance: str | None  # the node's instance id, when the process belongs to a node
+    slurm_node: str | None = None  # the Slurm node it runs on (a job's processes)
 
     @property
     def role(self) -> str:
@@ -82,7 +83,8 @@ def scan(home: Path, exclude: set[int]) -> list[Proc]:
             continue
         instance = (sim_tag.split("/", 1)[1] if sim_tag and "/" in sim_tag
                     else _env_value(environ, LOCAL_TAG))
-        found.append(Proc(int(entry.name), int(after[1]), after[0], cmdline, instance))
+        found.append(Proc(int(entry.name), int(after[1]), after[0], cmdline, instance,
+                          _env_value(environ, "SLURMD_NODENAME")))
     return found
 
 

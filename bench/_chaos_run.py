@@ -1,13 +1,16 @@
 """Run one chaos scenario and judge it: terminal state within its bound, nothing left behind,
 logs readable up to the fault, results equal to the fault-free computation's.
 
-``Bench`` holds what the scenarios of one run share: their root directory, and for the
+``Bench`` holds what the scenarios of one run share: their root directory, for the
 simulated cloud one account (its moto server, started as the simulated cloud starts it) with
-the fault proxy in front of it and the image's SDK environments.
+the fault proxy in front of it and the image's SDK environments, and for the slurm lane a
+Slurm cluster (``tests/slurm_cluster.py``: munged, slurmctld, four slurmd on loopback),
+brought back to every node idle after each scenario.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -27,11 +30,19 @@ from _chaos_leaks import leftovers, purge_account
 from _chaos_procs import scan
 from _chaos_proxy import FaultProxy, Rule
 from _chaos_tasks import TaskFinder
+from flow_sdk.providers.slurm._batch import time_limit_minutes
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent / "tests"))
+from slurm_cluster import SlurmCluster  # noqa: E402
+
 # per provider: availability timeout, boot timeout, runtime cap beyond the job's work (s)
-TIMEOUTS = {"local": (6.0, 20.0, 15.0), "aws-sim": (25.0, 60.0, 30.0)}
-SETTLE_S = {"local": 15.0, "aws-sim": 30.0}  # for the nodes to stop after the terminal state
+TIMEOUTS = {"local": (6.0, 20.0, 15.0), "aws-sim": (25.0, 60.0, 30.0),
+            "slurm": (20.0, 40.0, 20.0)}
+# for the nodes to stop after the terminal state (slurm: a lost node's job is ended by the
+# controller, after SlurmdTimeout and KillWait)
+SETTLE_S = {"local": 15.0, "aws-sim": 30.0, "slurm": 40.0}
+SLURM_SUBNET = 230  # the bench cluster's loopback 127.230.0.0/16 (the tests' are 60-200)
 POOL_IDLE_STOP_S = 8.0  # above the 5 s margin inside which a pool node takes no task
 DISK_SIZE = "64m"  # the small filesystem of a full-disk fault (tmpfs)
 
@@ -64,9 +75,13 @@ class Result:
 class Bench:
     """What one run's scenarios share (a context manager: stops what it started, by PID)."""
 
-    def __init__(self, root: Path, sim: bool, envs: Path | None = None) -> None:
+    def __init__(self, root: Path, sim: bool, envs: Path | None = None,
+                 slurm: bool = False, cluster: SlurmCluster | None = None) -> None:
         self.root = root
         self.sim = sim
+        # the slurm lane's cluster: given (a test session's), or started here when ``slurm``
+        self.cluster = cluster
+        self.own_cluster = slurm and cluster is None
         # the simulated image's SDK environments (by wheel digest): ``root/sim-envs`` unless
         # given, e.g. one a test session's simulated clouds share (built once, not per bench)
         self.envs = envs or root / "sim-envs"
@@ -79,6 +94,10 @@ class Bench:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.sim:
             self._start_account()
+        if self.own_cluster:
+            self.cluster = SlurmCluster.start(self.root / "slurm", nodes=4, subnet=SLURM_SUBNET)
+        if self.cluster is not None:  # the callers, `flow gc` and the harness ask this one
+            os.environ["SLURM_CONF"] = str(self.cluster.conf)
         return self
 
     def _start_account(self) -> None:
@@ -101,6 +120,8 @@ class Bench:
         self.proxy = FaultProxy(port).start()
 
     def __exit__(self, *exc: object) -> None:
+        if self.own_cluster and self.cluster is not None:
+            self.cluster.stop()
         if self.proxy is not None:
             self.proxy.stop()
         if self.server is not None:
@@ -114,6 +135,8 @@ class Bench:
     def provider_config(self, sc: Scenario, home: Path) -> dict[str, Any]:
         if sc.provider == "local":
             return {}
+        if sc.provider == "slurm":
+            return {"shared_dir": str(home / "slurm-shared")}
         assert self.proxy is not None and self.account is not None
         return {**self.account.provider_config(self.proxy.url), "root": str(home / "sim-root"),
                 "envs": str(self.envs)}
@@ -123,6 +146,8 @@ def bound_of(sc: Scenario) -> float:
     """The longest a scenario may take to reach a terminal state: the boot timeout, then per
     generation the availability timeout and the runtime cap, plus teardown slack."""
     avail, boot, cap = TIMEOUTS[sc.provider]
+    if "time-limit" in sc.kinds:  # the job's --time: the cap and the grace, in minutes
+        return boot + 60.0 * time_limit_minutes((cap + sc.steps * sc.step_s) / 3600) + 60.0
     return boot + (1 + sc.max_restarts) * (avail + cap + sc.steps * sc.step_s) + 30.0
 
 
@@ -192,7 +217,7 @@ def run_scenario(bench: Bench, sc: Scenario, name: str | None = None) -> Result:
                               stdout=open(home / "caller.log", "wb"), stderr=subprocess.STDOUT,
                               env={**os.environ, "FLOW_HOME": str(home)})
     stage = Stage(sc, home, home / "marks", caller.pid, {os.getpid(), caller.pid},
-                  finder.rdzv_port)
+                  finder.rdzv_port, bench.cluster)
     if held is not None:
         stage.sockets.append(held)
     if bench.server is not None:
@@ -242,9 +267,21 @@ def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[b
                     continue
             if bench.account is not None:
                 purge_account(bench.account)
+        if sc.provider == "slurm" and bench.cluster is not None:
+            _restore(bench.cluster, result)
     finally:  # the small filesystem goes even when the account could not be asked
         if disk is not None and not release_disk(disk):
             time.sleep(1)
             if not release_disk(disk):
                 result.leaks.append(f"mount {disk} still busy")
                 subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _restore(cluster: SlurmCluster, result: Result) -> None:
+    """Count the jobs the scenario left in the queue, cancel them, and bring every node back
+    (a killed slurmd, a node set down) for the next scenario."""
+    left = cluster.jobs_left(within_s=5.0)
+    if left:
+        result.leaks += [f"slurm job {line}" for line in left.splitlines()]
+        cluster.run("scancel", "--full", "-u", getpass.getuser(), check=False)
+    cluster.revive()

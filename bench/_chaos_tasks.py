@@ -40,14 +40,16 @@ class TaskFinder:
         ids |= {p.name for p in (self.home / "local" / "store" / "tasks").glob("*")
                 if p.is_dir() and not p.name.startswith("pool")}
         ids |= {p.name for p in (self.home / "sim-root" / "nodes").glob("*") if p.is_dir()}
+        ids |= {p.name for p in (self.home / "slurm-shared" / "jobs").glob("*") if p.is_dir()}
         if self.account is not None:
             ids |= set(sim_task_keys(self.account)) - self.known
         return sorted(i for i in ids if i not in self.known)
 
     def rdzv_port(self) -> int | None:
         """The store's port of the scenario's task, once its record exists."""
-        for path in (self.home / "local" / "store" / "tasks").glob("*/task.json"):
-            return _port(path.read_bytes())
+        for store in ("local/store", "slurm-shared/store"):
+            for path in (self.home / store / "tasks").glob("*/task.json"):
+                return _port(path.read_bytes())
         if self.account is None:
             return None
         for task_id, (bucket, key) in sim_task_keys(self.account).items():

@@ -1,7 +1,9 @@
-"""The chaos soak: seeded random faults on the local provider and the simulated cloud.
+"""The chaos soak: seeded random faults on the local provider, the simulated cloud and Slurm.
 
     python bench/chaos.py --scenarios 500 --seed 0     # seeds 0..499
     python bench/chaos.py --replay 137                 # one scenario again, by its seed
+    python bench/chaos.py --provider slurm --scenarios 100    # the slurm lane
+    python bench/chaos.py --provider slurm --kind time-limit --scenarios 2
 
 Each scenario (``_chaos_draw``) draws a provider, a job shape (1-4 nodes, 1-2 workers each,
 ``max_restarts`` 0-2, sometimes ``min_instances``) and one or two faults, each at a phase
@@ -31,7 +33,7 @@ from types import FrameType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _chaos_draw import KINDS, PROVIDERS, Scenario, draw  # noqa: E402
+from _chaos_draw import KINDS, LANES, Scenario, draw  # noqa: E402
 from _chaos_run import Bench, Result, run_scenario  # noqa: E402
 
 
@@ -55,14 +57,15 @@ def table(results: list[Result]) -> str:
     for result in results:
         for kind in dict.fromkeys(result.kinds):
             by_kind[kind].append(result)
-    rows = ["| fault kind | scenarios | local | aws-sim | p50 to terminal (s) | "
-            "p99 to terminal (s) | hangs | leaks | lost |", "|---|" + "---:|" * 8]
+    rows = ["| fault kind | scenarios | local | aws-sim | slurm | p50 to terminal (s) | "
+            "p99 to terminal (s) | hangs | leaks | lost |", "|---|" + "---:|" * 9]
     for kind in sorted(by_kind):
         group = by_kind[kind]
         times = [r.terminal_s for r in group if r.status != "HUNG"]
         rows.append(f"| {kind} | {len(group)} | "
                     f"{sum(r.provider == 'local' for r in group)} | "
                     f"{sum(r.provider == 'aws-sim' for r in group)} | "
+                    f"{sum(r.provider == 'slurm' for r in group)} | "
                     f"{percentile(times, 0.5):.2f} | {percentile(times, 0.99):.2f} | "
                     f"{sum(r.status == 'HUNG' for r in group)} | "
                     f"{sum(bool(r.leaks) for r in group)} | {sum(bool(r.lost) for r in group)} |")
@@ -83,7 +86,8 @@ def summary(results: list[Result]) -> str:
 def run(scenarios: list[Scenario], root: Path, out: Path | None,
         pinned: tuple[str | None, str | None]) -> list[Result]:
     results = []
-    with Bench(root, sim=any(s.provider == "aws-sim" for s in scenarios)) as bench:
+    with Bench(root, sim=any(s.provider == "aws-sim" for s in scenarios),
+               slurm=any(s.provider == "slurm" for s in scenarios)) as bench:
         for sc in scenarios:
             result = run_scenario(bench, sc)
             results.append(result)
@@ -127,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the first scenario's seed")
     parser.add_argument("--replay", type=int, help="run the one scenario of this seed")
     parser.add_argument("--kind", choices=sorted(KINDS), help="pin the first fault's kind")
-    parser.add_argument("--provider", choices=PROVIDERS, help="pin the provider")
+    parser.add_argument("--provider", choices=LANES, help="pin the provider (slurm: only "
+                        "pinned; the bench starts a cluster of its own)")
     parser.add_argument("--out", type=Path, help="append every result as a JSON line here")
     parser.add_argument("--root", type=Path, help="where the scenarios run (default: a "
                         "temporary directory)")

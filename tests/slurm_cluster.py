@@ -163,6 +163,18 @@ class SlurmCluster:
             raise
         return cluster
 
+    def revive(self) -> None:
+        """Every node back after a fault: a killed ``slurmd`` started again, a node set down
+        resumed; returns once every node is idle."""
+        for node in self.nodes:
+            name = f"slurmd-{node.name}"
+            if self.children[name].poll() is not None:
+                self._spawn(name, ["slurmd", "-D", "-f", str(self.conf), "-N", node.name])
+        for name, state in self.node_states().items():
+            if state.startswith(("down", "drain", "fail")):
+                self.run("scontrol", "update", f"nodename={name}", "state=resume", check=False)
+        _wait_for(lambda: self._all_idle(), _UP_TIMEOUT_S, "every node idle again", self)
+
     def stop(self) -> None:
         """Cancel every job, then end the daemons and whatever they left, by PID."""
         controller = self.children.get("slurmctld")

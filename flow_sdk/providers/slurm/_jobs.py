@@ -52,14 +52,17 @@ class Jobs:
         """The job as one ``squeue --me`` of every job of this user shows it: taken at most
         ``QUEUE_FRESH_S`` ago, and shared by every provider of this process on the same
         cluster (``flow list`` of many tasks asks once). None when it was not listed then."""
-        key = (id(self.cluster.host), os.environ.get("SLURM_CONF", ""))
         with _QUEUES_LOCK:
+            key = self._queue_key()
             taken = _QUEUES.get(key)
             if taken is None or time.monotonic() - taken[0] > QUEUE_FRESH_S:
                 taken = (time.monotonic(), parse_squeue(self.cluster.run(
                     ["squeue", "-h", "--me", "-o", JOB_FIELDS])))
                 _QUEUES[key] = taken
         return taken[1].get(job_id)
+
+    def _queue_key(self) -> tuple[int, str]:
+        return id(self.cluster.host), os.environ.get("SLURM_CONF", "")
 
     def state(self, job_id: str) -> JobState | None:
         """The job: in the queue (``listed``) first, then ``scontrol`` (a job stays there a
@@ -120,20 +123,32 @@ class Jobs:
         ``COMPLETING``). A running job first has ``grace_s`` to end by itself (its agents
         stop on the task's signed cancel or outcome, and the job ends COMPLETED with its
         logs whole); what still runs then is cancelled with ``scancel``."""
-        deadline = time.monotonic() + grace_s
+        try:
+            if self._wait_over(job_id, grace_s, until_not_running=True):
+                return
+            self.cluster.run(["scancel", "--full", job_id])
+            if not self._wait_over(job_id, STOP_WAIT_S):
+                raise ProviderError(f"slurm: job {job_id} of task {task_id} was cancelled but "
+                                    f"still runs after {STOP_WAIT_S:.0f}s; see `squeue -j "
+                                    f"{job_id}`")
+        finally:
+            self._ended()
+
+    def _wait_over(self, job_id: str, within_s: float, until_not_running: bool = False
+                   ) -> bool:
+        """Whether the job is over within ``within_s`` (asked every 0.2 s; a job that is not
+        running, queued still, ends the wait at once when ``until_not_running``)."""
+        deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
             job = self.queued(job_id)
             if job is None or job.over:
-                return
-            if not job.running:
-                break
+                return True
+            if until_not_running and not job.running:
+                return False
             time.sleep(0.2)
-        self.cluster.run(["scancel", "--full", job_id])
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline:
-            job = self.queued(job_id)
-            if job is None or job.over:
-                return
-            time.sleep(0.2)
-        raise ProviderError(f"slurm: job {job_id} of task {task_id} was cancelled but still "
-                            f"runs after {STOP_WAIT_S:.0f}s; see `squeue -j {job_id}`")
+        return False
+
+    def _ended(self) -> None:
+        """A job ended: the process's listing of the queue, taken before, says no more."""
+        with _QUEUES_LOCK:
+            _QUEUES.pop(self._queue_key(), None)

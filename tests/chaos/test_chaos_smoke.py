@@ -1,5 +1,5 @@
-"""The chaos soak's smoke (``bench/chaos.py``): 20 fixed seeds covering every fault kind and
-both providers, one test per seed so the runners spread them.
+"""The chaos soak's smoke (``bench/chaos.py``): 23 fixed seeds covering every fault kind and
+every provider, one test per seed so the runners spread them.
 
 Each seed runs the whole scenario as the soak does: the job through a caller process, the fault
 struck from outside at its phase, then the judgement: a terminal state within the scenario's
@@ -8,7 +8,9 @@ key pairs, placement groups, IAM roles, mounts, loop devices), logs readable up 
 and a successful task's results equal to the fault-free computation's. The seeds were chosen
 for short jobs and small shapes (1-2 nodes, 1 worker). A failure names the command that replays
 the scenario. As in the soak, a runner's aws-sim seeds share one simulated account
-(``sim_bench``), each judged on its own.
+(``sim_bench``), each judged on its own; its slurm seeds run on the runner's Slurm cluster
+(the ``slurm`` fixture), brought back to every node idle after each. The time-limit case
+takes minutes (Slurm's ``--time`` counts whole minutes): it runs in the bench only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from _chaos_draw import KINDS, draw  # noqa: E402
+from _chaos_draw import KINDS, LANES, PINNED_KINDS, draw  # noqa: E402
 from _chaos_run import Bench, run_scenario  # noqa: E402
 from chaos import replay_command  # noqa: E402
 
@@ -49,12 +51,15 @@ SEEDS = [
     (1031, "sigstop-sshd", "local"),  # 1x1, restarts 1, at boot
     (1031, "sigstop-worker", "local"),  # 1x1, restarts 1, at training (the runtime cap ends it)
     (1056, "slow-node", "local"),  # 1x1, restarts 1, at the barrier
+    (1082, "sigkill-slurmd", "slurm"),  # 2x1, min 1, node 0's slurmd and job at training
+    (1095, "scancel", "slurm"),  # 2x1, restarts 2, min 1, at training
+    (1082, "node-down", "slurm"),  # 2x1, min 1, node 0 set down at training
 ]
 
 
-def test_the_seeds_cover_every_fault_kind_on_both_providers() -> None:
-    assert {kind for _, kind, _ in SEEDS} == set(KINDS) - {"none"}
-    assert {provider for _, _, provider in SEEDS} == {"local", "aws-sim"}
+def test_the_seeds_cover_every_fault_kind_on_every_provider() -> None:
+    assert {kind for _, kind, _ in SEEDS} == set(KINDS) - set(PINNED_KINDS)
+    assert {provider for _, _, provider in SEEDS} == set(LANES)
     for seed, kind, provider in SEEDS:
         scenario = draw(seed, kind, provider)
         assert scenario.kinds == [kind] and scenario.provider == provider
@@ -91,6 +96,11 @@ def test_chaos_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     if provider == "aws-sim":
         bench: Bench = request.getfixturevalue("sim_bench")
         result = run_scenario(bench, scenario, name=f"{kind}-{seed}")
+    elif provider == "slurm":
+        cluster = request.getfixturevalue("slurm")
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))  # the bench sets it too
+        with Bench(tmp_path / "chaos", sim=False, cluster=cluster) as bench:
+            result = run_scenario(bench, scenario)
     else:
         with Bench(tmp_path / "chaos", sim=False) as bench:
             result = run_scenario(bench, scenario)

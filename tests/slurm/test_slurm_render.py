@@ -19,6 +19,7 @@ from flow_sdk.providers.slurm._batch import (
     render_batch_script,
     render_launch_file,
     time_limit_minutes,
+    warn_before_s,
 )
 from flow_sdk.providers.slurm._commands import (
     SlurmCommandError,
@@ -134,6 +135,7 @@ def test_min_instances_lets_slurm_start_the_job_on_fewer_nodes(tmp_path: Path) -
 def test_a_task_is_warned_before_its_time_limit_and_a_pool_is_not(tmp_path: Path) -> None:
     assert "#SBATCH --signal=USR1@300" in _script(tmp_path, JobOptions(), warn_before_s=300)
     assert not any("--signal" in line for line in _script(tmp_path, JobOptions()))
+    assert [warn_before_s(m) for m in (3, 10, 11, 600)] == [90, 300, 300, 300]  # half, at most
 
 
 def test_spares_keep_the_job_when_a_node_is_lost(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def test_the_time_limit_warning_reaches_the_workers_that_catch_it_and_kills_none
     task = app.function(num_instances=2, max_run_time_hours=0.1)(checkpoint_on_warning).spawn(
         str(folder))
     script = next((tmp_path / "shared" / "jobs" / task.task_id).glob("batch.sh")).read_text()
-    assert "#SBATCH --signal=USR1@300" in script.splitlines()
+    assert "#SBATCH --signal=USR1@240" in script.splitlines()  # half of its 8 minutes
     wait_until(lambda: sum("ready" in line for line in task.logs()) == 2, 90, "both ranks")
     provider = task.provider
     assert isinstance(provider, SlurmProvider)

@@ -36,6 +36,12 @@ WARN_BEFORE_S = 300
 LOW_PRIORITY_NICE = 10000  # ``priority="low"`` where no QoS is named for it: behind the rest
 
 
+def warn_before_s(time_minutes: int) -> int:
+    """When the job's warning comes, before its time limit: ``WARN_BEFORE_S``, or half the
+    limit of a shorter job (else it would come as the job starts)."""
+    return min(WARN_BEFORE_S, time_minutes * 30)
+
+
 def job_name(task_id: str) -> str:
     return JOB_PREFIX + task_id
 

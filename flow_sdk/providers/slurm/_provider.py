@@ -232,7 +232,8 @@ class SlurmProvider(Provider):
             python=self.settings.python, boot_script=self._boot_script(),
             launch_file=launch_file, output=job_dir / "slurm-%j.out",
             min_nodes=spec.min_instances, priority=spec.priority, spares=spec.spares,
-            warn_before_s=None if request.boot.role == "pool" else _batch.WARN_BEFORE_S
+            warn_before_s=None if request.boot.role == "pool" else _batch.warn_before_s(
+                time_minutes)
         ).encode())
         return parse_sbatch(self.cluster.run(["sbatch", "--parsable", str(script)]))
 

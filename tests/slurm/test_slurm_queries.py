@@ -73,3 +73,24 @@ def test_a_busy_controller_is_asked_again_after_a_back_off_and_a_submit_never(
     with pytest.raises(SlurmCommandError, match="exited 1: .*Socket timed out"):
         cluster.run(["squeue", "-h"])
     assert waits[2:] == list(_commands.RETRY_WAITS_S)
+
+
+def test_a_job_that_failed_without_writing_its_output_names_shared_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm opens a job's output on its first node as the job starts; a FAILED job with
+    none is one whose nodes did not see ``shared_dir`` (recorded: every node here sees it)."""
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "recorded.conf"))
+
+    host = _Host({"squeue": [(0, "", "")], "scontrol": [(0, (
+        "JobId=13 JobState=FAILED Reason=NonZeroExitCode NodeList=n1\n"), "")]})
+    host.answers["scontrol"].append((0, "n1\n", ""))  # show hostnames n1
+    host.answers["scontrol"].append((0, "NodeName=n1 NodeAddr=127.60.0.1 State=IDLE\n", ""))
+    (tmp_path / "jobs" / "t").mkdir(parents=True)
+    (tmp_path / "jobs" / "t" / "job.json").write_text(json.dumps(
+        {"job_id": 13, "nodes": 1, "launched_at": 0.0}))
+    end = _provider(tmp_path, host).scheduler_end("t")
+    assert end is not None and not end.cancelled
+    assert end.message == (f"slurm: job 13 ended FAILED; the job wrote no output to "
+                           f"{tmp_path}/jobs/t/slurm-13.out: its nodes do not see {tmp_path}. "
+                           "shared_dir must be a folder of the filesystem every node mounts, "
+                           "at the same path as here")

@@ -274,13 +274,19 @@ class SlurmProvider(Provider):
     def scheduler_end(self, task_id: str) -> SchedulerEnd | None:
         """What Slurm says ended the job (``Jobs.ended_by``) and, unless someone cancelled it,
         the end of Slurm's own output of it (a node that could not even start the bootstrap,
-        an interpreter missing there, shows only there)."""
+        an interpreter missing there, shows only there). Slurm opens that output on the job's
+        first node as it starts: where it is missing, that node did not see ``shared_dir``."""
         job_id = self._job_id(task_id)
         end = self.jobs.ended_by(job_id) if job_id is not None else None
         if end is None or end.cancelled:
             return end
         output = self._job_dir(task_id) / f"slurm-{job_id}.out"
         data = self.host.read(str(output))
+        if data is None:
+            return SchedulerEnd(f"{end.message}; the job wrote no output to {output}: its "
+                                f"nodes do not see {self.root}. shared_dir must be a folder "
+                                "of the filesystem every node mounts, at the same path as "
+                                "here")
         lines = data.decode(errors="replace").splitlines()[-OUTPUT_TAIL:] if data else []
         return SchedulerEnd(end.message + (f"; the end of Slurm's output of the job ({output}):"
                                            "\n  " + "\n  ".join(lines) if lines else ""))

@@ -83,10 +83,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """One real Slurm cluster per test runner (``slurm_cluster.py``), started when a test
-    first asks for it: 3 nodes, each on its own loopback address; stopped by PID at the end.
-    A test that needs it fails, never skips, where Slurm is not installed."""
+    first asks for it: 3 nodes, each on its own loopback address and with two stand-in
+    GPUs (GRES ``gpu:h100:2``); stopped by PID at the end. A test that needs it fails, never
+    skips, where Slurm is not installed."""
     cluster = SlurmCluster.start(tmp_path_factory.mktemp("slurm"), nodes=3,
-                                 subnet=runner_subnet(), extra_conf=["EnforcePartLimits=ALL"])
+                                 subnet=runner_subnet(), extra_conf=["EnforcePartLimits=ALL"],
+                                 gpus=2)
     try:
         yield cluster
     finally:

@@ -21,6 +21,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,10 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontro
 MARKER = "FLOW_TEST_SLURM_CLUSTER"  # in every daemon's environment (and so its job steps')
 _UP_TIMEOUT_S = 60.0
 _STOP_GRACE_S = 10.0
+
+
+GPU_TYPE = "h100"  # the GRES type of a cluster started with gpus=
+NVIDIA_MAJOR = 195  # the device major of /dev/nvidia*: no driver here, so they open nothing
 
 
 class SlurmMissing(RuntimeError):
@@ -119,9 +124,12 @@ class SlurmCluster:
     @classmethod
     def start(cls, root: Path, nodes: int = 3, cpus: int = 2, subnet: int = 60,
               partition: str = "debug", max_time_min: int | None = 60,
-              default_time_min: int | None = None, extra_conf: Sequence[str] = ()) -> SlurmCluster:
+              default_time_min: int | None = None, extra_conf: Sequence[str] = (),
+              gpus: int = 0) -> SlurmCluster:
         """Start a cluster of ``nodes`` nodes with ``cpus`` CPUs each; node ``k`` listens on
-        ``127.<subnet>.0.<k+1>``. Give each cluster running at once its own ``subnet``."""
+        ``127.<subnet>.0.<k+1>``. Give each cluster running at once its own ``subnet``.
+        ``gpus``: each node declares that many GPUs of GRES type ``GPU_TYPE``, backed by
+        stand-in device files (Slurm hands them out and sets ``CUDA_VISIBLE_DEVICES``)."""
         missing = [name for name in DAEMONS if shutil.which(name) is None
                    and not Path("/usr/sbin", name).exists()]
         if missing:
@@ -143,7 +151,14 @@ class SlurmCluster:
                         for k in range(nodes))
         conf = root / "slurm.conf"
         conf.write_text(_config(root, socket_path, members, cpus, partition, max_time_min,
-                                default_time_min, extra_conf))
+                                default_time_min, extra_conf, gpus))
+        if gpus:
+            (root / "gpus").mkdir(exist_ok=True)
+            for k in range(gpus):  # character devices, as Slurm requires: NVIDIA's major
+                os.mknod(root / "gpus" / f"nvidia{k}", stat.S_IFCHR | 0o600,
+                         os.makedev(NVIDIA_MAJOR, k))
+            (root / "gres.conf").write_text(
+                f"AutoDetect=off\nName=gpu Type={GPU_TYPE} File={root / 'gpus'}/nvidia[0-{gpus - 1}]\n")
         cluster = cls(root, conf, members, partition)
         try:
             cluster._spawn("munged", ["munged", "-F", "-f", f"--key-file={key}",
@@ -265,7 +280,7 @@ def _wait_for(ready: Callable[[], bool], timeout_s: float, what: str,
 
 def _config(root: Path, munge_socket: Path, nodes: Sequence[SlurmNode], cpus: int,
             partition: str, max_time_min: int | None, default_time_min: int | None,
-            extra: Sequence[str]) -> str:
+            extra: Sequence[str], gpus: int = 0) -> str:
     user = getpass.getuser()
     host = socket.gethostname().split(".")[0]
     ctld_port = procs.free_port()
@@ -298,9 +313,13 @@ def _config(root: Path, munge_socket: Path, nodes: Sequence[SlurmNode], cpus: in
         "JobAcctGatherType=jobacct_gather/none",
         *extra,
     ]
+    gres = ""
+    if gpus:
+        lines.append("GresTypes=gpu")
+        gres = f" Gres=gpu:{GPU_TYPE}:{gpus}"
     for node in nodes:
         lines.append(f"NodeName={node.name} NodeHostname={host} NodeAddr={node.address} "
-                     f"Port={node.port} CPUs={cpus} RealMemory=1000 State=UNKNOWN")
+                     f"Port={node.port} CPUs={cpus} RealMemory=1000{gres} State=UNKNOWN")
     lines.append(f"PartitionName={partition} Nodes=ALL Default=YES{limits} State=UP")
     return "\n".join(lines) + "\n"
 

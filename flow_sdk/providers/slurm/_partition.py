@@ -1,7 +1,7 @@
 """The partition a provider's jobs go to, as the controller shows it (``scontrol show
 partition``, ``sinfo``), and what it can never run, found before anything is submitted: more
 nodes than it has, a time limit above its ``MaxTime`` or none at all, a GPU type none of its
-nodes has. Slurm itself would queue such a job for ever where the site does not enforce the
+nodes has, more GPUs per node than any has. Slurm itself would queue such a job for ever where the site does not enforce the
 partition's limits at submission."""
 
 from __future__ import annotations
@@ -39,16 +39,17 @@ class Partition:
                                 "provider_config['partition'] (see `sinfo`)")
         return records[0]
 
-    def gres_types(self) -> set[str]:
+    def gpus(self) -> dict[str, int]:
         """The GPU types the partition's nodes have (``gpu:TYPE:COUNT`` GRES; "" for GPUs of
-        no named type)."""
+        no named type), each with the most one node has."""
         output = self.cluster.run(["sinfo", "-h", "-N", *self._only(), "-o", "%G"])
-        kinds: set[str] = set()
+        most: dict[str, int] = {}
         for gres in ",".join(output.split()).split(","):
             parts = gres.split("(")[0].split(":")
-            if parts[0] == "gpu" and len(parts) >= 2:
-                kinds.add(parts[1] if len(parts) == 3 else "")
-        return kinds
+            if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+                kind = parts[1] if len(parts) == 3 else ""
+                most[kind] = max(most.get(kind, 0), int(parts[-1]))
+        return most
 
     def idle_nodes(self) -> int:
         output = self.cluster.run(["sinfo", "-h", *self._only(), "-o", "%D|%T"])
@@ -80,20 +81,27 @@ class Partition:
                     f"(MaxTime), and this cap needs {needed} min with the scheduler's grace; "
                     f"give at most {most:.2f}"))
         if gpus_per_node is not None:
-            problems += self._gpu_problems(gpus_per_node.rpartition(":")[0])
+            kind, _, count = gpus_per_node.rpartition(":")
+            problems += self._gpu_problems(kind, int(count))
         return problems
 
-    def _gpu_problems(self, kind: str) -> list[FieldProblem]:
-        kinds, where = self.gres_types(), self.where
-        if not kinds:
+    def _gpu_problems(self, kind: str, count: int) -> list[FieldProblem]:
+        gpus, where = self.gpus(), self.where
+        if not gpus:
             return [FieldProblem("gpu", f"{where} has no GPUs; drop gpu=, or name a partition "
                                  "with GPUs in provider_config['partition']")]
-        if kind and kind not in kinds:
-            named = sorted(k for k in kinds if k)
+        if kind and kind not in gpus:
+            named = sorted(k for k in gpus if k)
             has = f"GPUs of type {', '.join(named)}" if named else "GPUs of no named type"
             return [FieldProblem("gpu", f"{where} has {has}, not {kind}; ask for one of those, "
                                  "or map the model to the cluster's GRES type in "
                                  "provider_config['gpu_types']")]
+        most = gpus[kind] if kind else max(gpus.values())
+        if count > most:
+            return [FieldProblem("gpu", f"no node of {where} has {count} GPUs"
+                                 f"{f' of type {kind}' if kind else ''}: {most} at most; ask "
+                                 f"for at most {most} per node (num_instances= for more "
+                                 "nodes)")]
         return []
 
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from _chaos_run import Bench, Result
 
 GC_SETTLE_S = 15.0  # after `flow gc`, the task's state is read for this long at most
-LOG_SHIP_S = {"local": 1.0, "aws-sim": 3.0, "slurm": 1.0}  # a line printed this long before the fault is shipped
+# a line printed this long before the fault is shipped
+LOG_SHIP_S = {"local": 1.0, "aws-sim": 3.0, "slurm": 1.0}
 
 
 def _client_config(home: Path, task_id: str, fallback: dict[str, Any]) -> dict[str, Any]:

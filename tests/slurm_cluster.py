@@ -157,8 +157,8 @@ class SlurmCluster:
             for k in range(gpus):  # character devices, as Slurm requires: NVIDIA's major
                 os.mknod(root / "gpus" / f"nvidia{k}", stat.S_IFCHR | 0o600,
                          os.makedev(NVIDIA_MAJOR, k))
-            (root / "gres.conf").write_text(
-                f"AutoDetect=off\nName=gpu Type={GPU_TYPE} File={root / 'gpus'}/nvidia[0-{gpus - 1}]\n")
+            (root / "gres.conf").write_text(f"AutoDetect=off\nName=gpu Type={GPU_TYPE} "
+                                            f"File={root / 'gpus'}/nvidia[0-{gpus - 1}]\n")
         cluster = cls(root, conf, members, partition)
         try:
             cluster._spawn("munged", ["munged", "-F", "-f", f"--key-file={key}",

@@ -3,7 +3,7 @@ command operations: ``LocalHost`` does them here; ``sshhost.SshHost`` asks a ``L
 on another machine (a cluster's login node) through one SSH connection.
 
 This module imports only the standard library: its source is what ``SshHost`` runs on the far
-side (``python3 -c SOURCE``), where ``serve`` answers one JSON request per line. Files are
+side (``PYTHON -c SOURCE``), where ``serve`` answers one JSON request per line. Files are
 written whole or not at all (a temporary file, then a rename or a link), 0600 in 0700
 folders: other users of the machine read nothing of a task's.
 """

@@ -1,10 +1,10 @@
 """``Host`` on another machine through OpenSSH: a cluster's login node, from a laptop.
 
 The user's own ``ssh`` runs, so their SSH config, keys, agent and ``ProxyJump`` apply. One
-connection per process (``connect``) carries everything: it runs ``host.py``'s ``serve`` on the far side
-(``PYTHON -c SOURCE``, nothing installed there), and is the master that other ``ssh`` calls
-(``command``: a shell in a job) reuse. It starts at first use and ends with this process:
-at exit, or when the far side closes, the next operation starting a new one.
+connection per process (``connect``) carries everything: it runs ``host.py``'s ``serve`` on
+the far side (``PYTHON -c SOURCE``, nothing installed there), and is the master that other
+``ssh`` calls (``command``: a shell in a job) reuse. It starts at first use and ends with
+this process (at exit); when the far side closes it, the next operation starts another.
 """
 
 from __future__ import annotations

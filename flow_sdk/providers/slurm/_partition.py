@@ -1,8 +1,8 @@
 """The partition a provider's jobs go to, as the controller shows it (``scontrol show
 partition``, ``sinfo``), and what it can never run, found before anything is submitted: more
 nodes than it has, a time limit above its ``MaxTime`` or none at all, a GPU type none of its
-nodes has, more GPUs per node than any has. Slurm itself would queue such a job for ever where the site does not enforce the
-partition's limits at submission."""
+nodes has, more GPUs per node than any has. Slurm itself would queue such a job for ever
+where the site does not enforce the partition's limits at submission."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ then every command and every file of ``shared_dir`` goes through one SSH connect
 login node (``sshhost.SshHost``), and the nodes get the config without it.
 
 A launch ships the SDK's wheel (and a plug-in's) into the store by digest, writes the node
-bootstrap, the launch file and one 0600 boot file per node under ``shared_dir``, and submits the batch script (``_batch``). A job is
-all or nothing: Slurm starts every node of it or none, so a launch never leaves half a gang.
+bootstrap, the launch file and one 0600 boot file per node under ``shared_dir``, and submits
+the batch script (``_batch``). A job is all or nothing: Slurm starts every node of it or
+none, so a launch never leaves half a gang.
 """
 
 from __future__ import annotations

@@ -53,6 +53,8 @@ class FileObjectStore(ObjectStore):
     def list(self, prefix: str) -> list[str]:
         base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
         start = base if self.host.kind(str(base)) == "dir" else base.parent
+        if start != self.root and self.root not in start.parents:
+            return []  # the store's own folder is not there yet
         under = start.relative_to(self.root).as_posix()
         keys = [name if under == "." else f"{under}/{name}"
                 for name in self.host.files_under(str(start))]

@@ -255,6 +255,8 @@ def strike(stage: Stage, fault: Fault, disk: Path | None, timeout_s: float) -> N
 
 def _apply(stage: Stage, fault: Fault, disk: Path | None, deadline: float) -> bool:
     kind = fault.kind
+    if kind in ("sigkill-slurmd", "node-down", "scancel", "time-limit"):
+        return _slurm_fault(stage, fault)
     if kind.startswith(("sigkill-", "sigstop-")):
         return _signal(stage, fault, deadline)
     if kind == "pool-kill":
@@ -270,8 +272,6 @@ def _apply(stage: Stage, fault: Fault, disk: Path | None, deadline: float) -> bo
         return True
     if kind == "slow-node":
         return _slow_node(stage, fault)
-    if kind in ("sigkill-slurmd", "node-down", "scancel", "time-limit"):
-        return _slurm_fault(stage, fault)
     if kind == "disk-full" and disk is not None:
         stage.note(f"disk-full: {disk} {fill(disk)}")
         return True

@@ -16,6 +16,9 @@ round:
 - DDP: a 2x2 gloo all-reduce and one DDP step, ``.remote()`` against a batch script that
   ``srun``s ``torchrun --nnodes 2 --nproc-per-node 2`` (c10d rendezvous on the first node),
   submitted with ``sbatch`` and polled with ``squeue`` every 0.1 s. Target: at most 1.0x.
+- over SSH: the cold ``.remote()`` from another machine (``login=``, through an OpenSSH
+  server on loopback standing in for the login node: ``tests/slurm_login.py``) against the
+  same call on the login node. No target: what the one SSH connection costs.
 
 The first flow run builds the node environment for this SDK's digest and is reported on its
 own ("first").
@@ -39,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from slurm_cluster import SlurmCluster  # noqa: E402
+import slurm_login  # noqa: E402
 
 
 def rank_of() -> int:
@@ -104,54 +108,63 @@ def main() -> None:
     os.environ["FLOW_HOME"] = str(work / "flow-home")
     config = {"shared_dir": str(work / "shared")}
     try:
-        app = FlowApp("bench-slurm", provider="slurm", provider_config=config)
-        cold = app.function(num_instances=2, max_run_time_hours=0.1, quiet=True)(rank_of)
-        ddp = app.function(num_instances=2, workers_per_node=2, max_run_time_hours=0.1,
-                           quiet=True)(ddp_step)
-        executor = submitit.AutoExecutor(folder=str(work / "submitit"), cluster="slurm")
-        executor.update_parameters(nodes=2, tasks_per_node=1, timeout_min=10,
-                                   slurm_partition=cluster.partition)
-        script = work / "ddp_step.py"
-        # leave as flow's workers do (os._exit after flushing): gloo's static teardown can
-        # abort a process at exit, and torchrun then restarts or hangs the whole job
-        script.write_text(DDP_STEP + "import os, sys\nsys.stdout.flush()\nos._exit(0)\n")
-        batch = torchrun_batch(work, script)
+        with slurm_login.running(work / "login", cluster.conf) as node:
+            app = FlowApp("bench-slurm", provider="slurm", provider_config=config)
+            laptop = FlowApp("bench-slurm", provider="slurm", provider_config={
+                **config, "login": node.name, "ssh_config": str(node.ssh_config),
+                "python": sys.executable})
+            over_ssh = laptop.function(num_instances=2, max_run_time_hours=0.1, quiet=True)(
+                rank_of)
+            cold = app.function(num_instances=2, max_run_time_hours=0.1, quiet=True)(rank_of)
+            ddp = app.function(num_instances=2, workers_per_node=2, max_run_time_hours=0.1,
+                               quiet=True)(ddp_step)
+            executor = submitit.AutoExecutor(folder=str(work / "submitit"), cluster="slurm")
+            executor.update_parameters(nodes=2, tasks_per_node=1, timeout_min=10,
+                                       slurm_partition=cluster.partition)
+            script = work / "ddp_step.py"
+            # leave as flow's workers do (os._exit after flushing): gloo's static teardown can
+            # abort a process at exit, and torchrun then restarts or hangs the whole job
+            script.write_text(DDP_STEP + "import os, sys\nsys.stdout.flush()\nos._exit(0)\n")
+            batch = torchrun_batch(work, script)
 
-        def submitit_once() -> None:
-            assert sorted(executor.submit(rank_of).results()) == [0, 1]
+            def submitit_once() -> None:
+                assert sorted(executor.submit(rank_of).results()) == [0, 1]
 
-        def torchrun_once() -> None:
-            """Submit, then poll as flow does (``sbatch --wait`` polls at growing intervals,
-            seconds apart, which would charge its own sleep to torchrun)."""
-            job = cluster.run("sbatch", "--parsable", str(batch)).stdout.strip()
-            while cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
-                time.sleep(0.1)
-            shown = cluster.run("scontrol", "-o", "show", "job", job).stdout
-            assert " JobState=COMPLETED " in shown, shown
+            def torchrun_once() -> None:
+                """Submit, then poll as flow does (``sbatch --wait`` polls at growing intervals,
+                seconds apart, which would charge its own sleep to torchrun)."""
+                job = cluster.run("sbatch", "--parsable", str(batch)).stdout.strip()
+                while cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
+                    time.sleep(0.1)
+                shown = cluster.run("scontrol", "-o", "show", "job", job).stdout
+                assert " JobState=COMPLETED " in shown, shown
 
-        first = timed(lambda: cold.remote())
-        submitit_once()  # its first job, for the page cache
-        torchrun_once()
-        times: dict[str, list[float]] = {side: [] for side in (
-            "flow cold", "submitit", "flow DDP 2x2", "sbatch + srun torchrun")}
-        for _ in range(args.repeats):
-            times["flow cold"].append(timed(lambda: cold.remote()))
-            times["submitit"].append(timed(submitit_once))
-            times["flow DDP 2x2"].append(timed(lambda: ddp.remote()))
-            times["sbatch + srun torchrun"].append(timed(torchrun_once))
-        pool = pool_up("bench", provider="slurm", provider_config=config, num_instances=2,
-                       max_run_time_hours=0.2, idle_stop="10m")
-        try:
-            warm = app.function(num_instances=2, pool="bench", quiet=True)(rank_of)
-            warm.remote()  # the pool's first task
-            times["flow warm (pool)"] = []
-            times["submitit (again)"] = []
+            first = timed(lambda: cold.remote())
+            submitit_once()  # its first job, for the page cache
+            torchrun_once()
+            over_ssh.remote()  # its connection's first use
+            times: dict[str, list[float]] = {side: [] for side in (
+                "flow cold", "submitit", "flow DDP 2x2", "sbatch + srun torchrun",
+                "flow cold, over SSH")}
             for _ in range(args.repeats):
-                times["flow warm (pool)"].append(timed(lambda: warm.remote()))
-                times["submitit (again)"].append(timed(submitit_once))
-        finally:
-            pool.down()
-        report(first, times)
+                times["flow cold"].append(timed(lambda: cold.remote()))
+                times["submitit"].append(timed(submitit_once))
+                times["flow cold, over SSH"].append(timed(lambda: over_ssh.remote()))
+                times["flow DDP 2x2"].append(timed(lambda: ddp.remote()))
+                times["sbatch + srun torchrun"].append(timed(torchrun_once))
+            pool = pool_up("bench", provider="slurm", provider_config=config, num_instances=2,
+                           max_run_time_hours=0.2, idle_stop="10m")
+            try:
+                warm = app.function(num_instances=2, pool="bench", quiet=True)(rank_of)
+                warm.remote()  # the pool's first task
+                times["flow warm (pool)"] = []
+                times["submitit (again)"] = []
+                for _ in range(args.repeats):
+                    times["flow warm (pool)"].append(timed(lambda: warm.remote()))
+                    times["submitit (again)"].append(timed(submitit_once))
+            finally:
+                pool.down()
+            report(first, times)
     finally:
         cluster.stop()
 
@@ -168,6 +181,8 @@ def report(first: float, times: dict[str, list[float]]) -> None:
                                  ("flow DDP 2x2", "sbatch + srun torchrun", 1.0)):
         print(f"{ours} / {theirs}: {medians[ours] / medians[theirs]:.2f}x "
               f"(target at most {target}x)")
+    print(f"flow cold, over SSH / flow cold: "
+          f"{medians['flow cold, over SSH'] / medians['flow cold']:.2f}x (SSH's cost)")
 
 
 if __name__ == "__main__":

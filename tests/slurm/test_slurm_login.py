@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,12 @@ from flow_sdk import FlowApp
 from flow_sdk.volumes import create_volume, delete_volume, list_volumes
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers import sshhost
-from flow_sdk.providers.local._sshd import find_sshd, generate_keys
 from flow_sdk.system import procs
 from flow_sdk.wire import TaskStatus
 from flow_testing import run_on_terminal, wait_until
 from slurm_cluster import SlurmCluster
+import slurm_login
+from slurm_login import LoginNode
 
 pytestmark = pytest.mark.slow
 _BESIDE = Path(sys.executable).with_name("flow")
@@ -48,49 +48,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 sys.addaudithook(_audit)
 
 
-@dataclass(frozen=True)
-class LoginNode:
-    name: str  # the Host of ``ssh_config``
-    ssh_config: Path
-    pid: int
-
-
 @pytest.fixture(scope="module")
 def login_node(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[LoginNode]:
-    """An sshd on loopback whose sessions reach the test cluster (``SetEnv SLURM_CONF``),
-    as a login node's do; a client config that names it ``flow-login``."""
-    root = tmp_path_factory.mktemp("login")
-    sshd = find_sshd()
-    assert sshd is not None, "the OpenSSH server is part of the dev set-up"
-    host_key, user_key = root / "host_key", root / "user_key"
-    host_public, user_public = generate_keys("ssh-keygen", [host_key, user_key], "flow-test")
-    (root / "authorized_keys").write_text(user_public + "\n")
-    port = procs.free_port()
-    (root / "sshd_config").write_text("\n".join([
-        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
-        f"PidFile {root / 'sshd.pid'}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
-        "PermitRootLogin prohibit-password", "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-        f"SetEnv SLURM_CONF={slurm.conf}", ""]))
-    (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_public}\n")
-    config = root / "ssh_config"
-    config.write_text("\n".join([
-        "Host flow-login", "  HostName 127.0.0.1", f"  Port {port}", "  User root",
-        f"  IdentityFile {user_key}", "  IdentitiesOnly yes",
-        f"  UserKnownHostsFile {root / 'known_hosts'}", "  StrictHostKeyChecking yes", ""]))
-    with open(root / "sshd.log", "wb") as log:
-        server = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")],
-                                  stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: subprocess.run(
-            ["ssh", "-F", str(config), "-o", "BatchMode=yes", "flow-login", "true"],
-            capture_output=True, timeout=30, check=False).returncode == 0, 30,
-            f"the login node's sshd ({(root / 'sshd.log')})")
-        yield LoginNode("flow-login", config, server.pid)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with slurm_login.running(tmp_path_factory.mktemp("login"), slurm.conf) as node:
+        yield node
 
 
 @pytest.fixture

@@ -147,7 +147,9 @@ def _slow_node(stage: Stage, fault: Fault) -> bool:
 def _slurm_fault(stage: Stage, fault: Fault) -> bool:
     cluster, procs = stage.cluster, stage.procs()
     if fault.kind == "scancel":
-        listed = cluster.run("squeue", "-h", "--me", "-o", "%i").stdout.split()
+        listed = [job for job, name in (line.split() for line in cluster.run(
+            "squeue", "-h", "--me", "-o", "%i %j").stdout.splitlines() if line.strip())
+            if name.startswith("flow-")]  # the scenario's jobs
         for job in listed:
             cluster.run("scancel", job, check=False)
         stage.note(f"scancel: job(s) {listed}")

@@ -31,8 +31,7 @@ from flow_sdk.home import tasksecrets
 from flow_sdk.errors import RecordError, SignatureError, VolumeError, VolumeInUseError
 from flow_sdk.wire import TaskRecord, signing
 from flow_sdk.providers.base import Log, NodeMount, Provider, VolumeInfo, Volumes
-from flow_sdk.providers.files import LOCAL
-from flow_sdk.providers.host import Host
+from flow_sdk.providers.host import LOCAL, Host
 from flow_sdk.spec import TaskSpec, VolumeSpec
 
 VOLUME_FILE = "volume.json"
@@ -176,7 +175,7 @@ class VolumeDirs:
     def attached_to(self, name: str) -> str | None:
         """The task id holding block volume ``name``, or None when no process holds it."""
         path = self.path(name) / ATTACH_LOCK
-        if self.host.kind(str(path)) is None:  # never attached (a host without block volumes)
+        if self.host is not LOCAL or not path.exists():  # never attached (a lock is local)
             return None
         with open(path) as handle:
             try:
@@ -194,7 +193,7 @@ def running_tasks_using(provider: Provider, launched: Path, name: str,
     provider's own view; never the store's say-so, which a store writer could forge), unless
     its record, sealed with its secret that this machine holds, shows it does not name the
     volume. A task whose record is missing, junk, forged, or not checkable here may use it."""
-    ids = set(host.names(str(launched)) or [])
+    ids = {name for name in host.names(str(launched)) or [] if not name.startswith(".")}
     ids.update(key.split("/")[1] for key in provider.store.list("tasks/")
                if key.endswith("/task.json") and key.count("/") == 2)
     return tuple(task_id for task_id in sorted(ids)

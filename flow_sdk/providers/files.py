@@ -11,13 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from flow_sdk.providers.base import LogRecord, LogStore, LogWriter, ObjectStore, safe_part
-from flow_sdk.providers.host import Host, LocalHost
+from flow_sdk.providers.host import LOCAL, Host
 from flow_sdk.wire.loglines import split_lines
 
 MAX_EPOCH_S = 253402300800.0  # 10000-01-01: later times are no clock's
-
-
-LOCAL = LocalHost()
 
 
 def private_dirs(folder: Path) -> None:
@@ -62,11 +59,12 @@ class FileObjectStore(ObjectStore):
 
     def delete_prefix(self, prefix: str) -> int:
         keys = self.list(prefix)
+        base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
+        if prefix.endswith("/") and base != self.root and self.host.kind(str(base)) == "dir":
+            self.host.remove(str(base))  # the folder and every key in it, in one call
+            return len(keys)
         for key in keys:
             self.host.remove(self._path(key))
-        base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
-        if prefix.endswith("/") and self.host.kind(str(base)) == "dir":
-            self.host.remove(str(base))
         return len(keys)
 
 

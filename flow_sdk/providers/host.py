@@ -3,7 +3,7 @@ command operations: ``LocalHost`` does them here; ``sshhost.SshHost`` asks a ``L
 on another machine (a cluster's login node) through one SSH connection.
 
 This module imports only the standard library: its source is what ``SshHost`` runs on the far
-side (``PYTHON -c SOURCE``), where ``serve`` answers one JSON request per line. Files are
+side (``sshhost.BOOTSTRAP``), where ``serve`` answers one JSON request per line. Files are
 written whole or not at all (a temporary file, then a rename or a link), 0600 in 0700
 folders: other users of the machine read nothing of a task's.
 """
@@ -70,6 +70,8 @@ class LocalHost:
             return None
 
     def write(self, path: str, data: bytes, mode: str = "replace") -> bool:
+        if mode not in WRITE_MODES:
+            raise ValueError(f"write mode {mode!r} is none of {', '.join(WRITE_MODES)}")
         target = Path(path)
         self.mkdirs(str(target.parent))
         if mode == "append":
@@ -82,8 +84,6 @@ class LocalHost:
                            "wb") as fh:
                 fh.write(data)
             return True
-        if mode not in WRITE_MODES:
-            raise ValueError(f"write mode {mode!r} is none of {', '.join(WRITE_MODES)}")
         temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
         with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
             fh.write(data)
@@ -130,13 +130,13 @@ class LocalHost:
         os.rename(source, target)
 
     def remove(self, path: str) -> None:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-            return
         try:
-            os.unlink(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, onerror=_gone_is_removed)
+            else:
+                os.unlink(path)
         except FileNotFoundError:
-            pass  # already gone: what was asked
+            return  # already gone (another remover was first): what was asked
 
     def run(self, argv: list[str], timeout_s: float) -> tuple[int, str, str]:
         if shutil.which(argv[0]) is None:
@@ -150,6 +150,12 @@ class LocalHost:
 
     def home(self) -> str:
         return str(Path.home())
+
+
+def _gone_is_removed(_func: Any, _path: str, info: Any) -> None:
+    """``rmtree``'s error handler: an entry that went meanwhile is removed; else it raises."""
+    if not isinstance(info[1], FileNotFoundError):
+        raise info[1]
 
 
 def _encode(value: Any) -> Any:
@@ -169,26 +175,41 @@ def decode(value: Any) -> Any:
     return value
 
 
-def request_line(op: str, args: list[Any]) -> bytes:
-    """One request: ``{"op": ..., "args": [...]}`` on one line."""
-    return json.dumps({"op": op, "args": _encode(args)}).encode() + b"\n"
+def request_line(op: str, args: list[Any], number: int = 0) -> bytes:
+    """Request ``number``: ``{"id": number, "op": ..., "args": [...]}`` on one line."""
+    return json.dumps({"id": number, "op": op, "args": _encode(args)}).encode() + b"\n"
+
+
+def answer_to(line: bytes, number: int) -> dict[str, Any] | None:
+    """The answer to request ``number`` that ``line`` holds; None when it holds none (another
+    request's, or what a login's start-up files printed)."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) and answer.get("id") == number else None
 
 
 def serve(host: LocalHost, requests: IO[bytes], answers: IO[bytes]) -> None:
-    """Answer each request line with one line: ``{"ok": value}``, or ``{"error": type,
-    "message": ...}`` when the operation raised. Ends when ``requests`` does."""
+    """Answer each request line with one line: ``{"id": its id, "ok": value}``, or
+    ``{"id": ..., "error": type, "message": ..., "errno": ...}`` when the operation raised.
+    Ends when ``requests`` does."""
     operations = {name: getattr(host, name) for name in Host.__dict__
                   if not name.startswith("_")}
     for line in requests:
+        number = None
         try:
             request = json.loads(line)
+            number = request["id"]
             answer = {"ok": _encode(operations[request["op"]](*decode(request["args"])))}
         except Exception as exc:  # one refused request, told to the caller; the next goes on
             answer = {"error": type(exc).__name__, "message": str(exc),
                       "errno": exc.errno if isinstance(exc, OSError) else None}
-        answers.write(json.dumps(answer).encode() + b"\n")
+        answers.write(json.dumps({"id": number, **answer}).encode() + b"\n")
         answers.flush()
 
+
+LOCAL = LocalHost()  # this machine
 
 if __name__ == "__main__":
     serve(LocalHost(), sys.stdin.buffer, sys.stdout.buffer)

@@ -2,29 +2,36 @@
 
 The user's own ``ssh`` runs, so their SSH config, keys, agent and ``ProxyJump`` apply. One
 connection per process (``connect``) carries everything: it runs ``host.py``'s ``serve`` on
-the far side (``PYTHON -c SOURCE``, nothing installed there), and is the master that other
-``ssh`` calls (``command``: a shell in a job) reuse. It starts at first use and ends with
-this process (at exit); when the far side closes it, the next operation starts another.
+the far side (``PYTHON -c BOOTSTRAP``, the module's source; nothing installed there), and is
+the master that this process's other ``ssh`` calls (``command``: a shell in a job) reuse. It
+starts at first use and ends with the process (or ``close``); a call cut short, or a far side
+that went away, ends it, and the next operation starts another. A forked child starts its
+own.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
+import base64
+import hashlib
 import os
 import shlex
 import subprocess
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import IO, Any
 
 from flow_sdk.errors import ProviderError
 from flow_sdk.providers import host as _host
 
-SOURCE = Path(_host.__file__).read_text(encoding="utf-8")
+# the far side runs this module's source: one line, as any login shell (csh too) takes it
+BOOTSTRAP = "exec(__import__('base64').b64decode('{}').decode())".format(
+    base64.b64encode(Path(_host.__file__).read_bytes()).decode("ascii"))
 CONNECT_TIMEOUT_S = 20
-STOP_WAIT_S = 5.0
+CLOSE_WAIT_S = 5.0  # for the far side to see its input end and exit
+NOISE_LINES = 100  # lines a login's start-up files may print before the first answer
 
 
 class SshHostError(ProviderError):
@@ -32,8 +39,9 @@ class SshHostError(ProviderError):
 
 
 def control_dir() -> Path:
-    """This user's folder for connection sockets (short: a socket path has ~100 bytes)."""
-    folder = Path(tempfile.gettempdir()) / f"flow-ssh-{os.getuid()}"
+    """This user's folder for connection sockets: under /tmp, as a socket's path has at
+    most about 100 bytes (macOS's own temporary folder alone takes half of them)."""
+    folder = Path("/tmp") / f"flow-ssh-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
     info = folder.lstat()
     if info.st_uid != os.getuid() or info.st_mode & 0o077 or folder.is_symlink():
@@ -52,51 +60,70 @@ class SshHost:
         self.ssh_config = ssh_config
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._pid = os.getpid()
         self._errors: IO[bytes] | None = None  # what ssh and the far side said
+        self._asked = 0  # requests sent: each answer carries its request's number
+        atexit.register(self.close)
+        _EVERY.add(self)
 
-    def ssh_argv(self, *, tty: bool = False) -> list[str]:
-        """``ssh`` up to the login name, reusing this process's connection where it is up."""
+    def _control_path(self) -> str:
+        """This process's connection's socket (one master per process: another process's
+        exit never cuts this one's sessions)."""
+        which = hashlib.sha256(f"{self.login}\0{self.ssh_config}".encode()).hexdigest()[:12]
+        return f"{control_dir()}/{os.getpid()}-{which}"
+
+    def _ssh(self, master: bool, tty: bool) -> list[str]:
         argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-                "-o", "ServerAliveInterval=15", "-o", "ControlMaster=auto",
-                "-o", f"ControlPath={control_dir()}/%C", "-o", "ControlPersist=no"]
+                "-o", "ServerAliveInterval=15", "-o", f"ControlPath={self._control_path()}",
+                "-o", f"ControlMaster={'yes' if master else 'no'}", "-o", "ControlPersist=no"]
         if self.ssh_config:
             argv += ["-F", self.ssh_config]
         return argv + (["-t"] if tty else ["-T"]) + ["--", self.login]
 
     def command(self, argv: list[str], *, tty: bool = False) -> list[str]:
-        """``argv`` run on the host through ``ssh`` (on a terminal when ``tty``)."""
-        return self.ssh_argv(tty=tty) + [shlex.join(argv)]
+        """``argv`` run on the host through ``ssh`` (on a terminal when ``tty``), over this
+        process's connection where it is up."""
+        return self._ssh(False, tty) + [shlex.join(argv)]
 
     def _start(self) -> subprocess.Popen[bytes]:
         self._errors = tempfile.TemporaryFile()
-        proc = subprocess.Popen(self.command([self.python, "-c", SOURCE]),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=self._errors, start_new_session=True)
-        atexit.register(self._stop, proc)
-        return proc
+        return subprocess.Popen(self._ssh(True, False) + [shlex.join(
+            [self.python, "-c", BOOTSTRAP])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._errors, start_new_session=True)
 
-    @staticmethod
-    def _stop(proc: subprocess.Popen[bytes]) -> None:
-        """End the connection: the far side sees its input end and exits."""
+    def _drop(self) -> None:
+        """End the connection (the far side sees its input end and exits) and forget it."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None and proc.stdout is not None
         if proc.poll() is None:
-            assert proc.stdin is not None
             proc.stdin.close()
             try:
-                proc.wait(timeout=STOP_WAIT_S)
+                proc.wait(timeout=CLOSE_WAIT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
 
     def close(self) -> None:
+        """End this process's connection now (else it ends when the process does); the next
+        operation starts another."""
         with self._lock:
-            if self._proc is not None:
-                self._stop(self._proc)
-                self._proc = None
+            self._drop()
 
-    def _failed(self, proc: subprocess.Popen[bytes], what: str) -> SshHostError:
-        self._stop(proc)
-        self._proc = None
+    def after_fork(self) -> None:
+        """In a forked child: leave the parent's connection to the parent (the child's copies
+        of its pipes closed, so the far side still sees the parent's exit)."""
+        self._lock = threading.Lock()
+        if self._proc is not None:
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            self._proc = None
+
+    def _failed(self, what: str) -> SshHostError:
+        self._drop()
         said: list[str] = []
         if self._errors is not None:
             self._errors.seek(0)
@@ -107,28 +134,41 @@ class SshHost:
             "(a key or an agent; provider_config['ssh_config'] names another SSH config "
             "file) and that provider_config['python'] is an interpreter there")
 
-    def _call(self, op: str, *args: Any) -> Any:
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None or (
-                    self._pid != os.getpid()):  # a forked child starts its own
-                self._proc, self._pid = self._start(), os.getpid()
-            proc = self._proc
-            stdin, stdout = proc.stdin, proc.stdout
-            assert stdin is not None and stdout is not None
-            try:
-                stdin.write(_host.request_line(op, list(args)))
-                stdin.flush()
-            except (BrokenPipeError, OSError):
-                raise self._failed(proc, "the connection ended") from None
+    def _exchange(self, op: str, args: list[Any]) -> dict[str, Any]:
+        """Send one request and read its answer: lines that are not it (what a login's
+        start-up files print) are passed over."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._start()
+        stdin, stdout = self._proc.stdin, self._proc.stdout
+        assert stdin is not None and stdout is not None
+        self._asked += 1
+        try:
+            stdin.write(_host.request_line(op, args, self._asked))
+            stdin.flush()
+        except OSError:
+            raise self._failed("the connection ended") from None
+        for _ in range(NOISE_LINES):
             line = stdout.readline()
             if not line:
-                raise self._failed(proc, "the connection ended")
-        answer = json.loads(line)
+                raise self._failed("the connection ended")
+            answer = _host.answer_to(line, self._asked)
+            if answer is not None:
+                return answer
+        raise self._failed(f"no answer to {op} in {NOISE_LINES} lines")
+
+    def _call(self, op: str, *args: Any) -> Any:
+        with self._lock:
+            try:
+                answer = self._exchange(op, list(args))
+            except BaseException:  # cut short (Ctrl-C, a signal): its answer is unread
+                self._drop()
+                raise
         if "error" in answer:
             if answer.get("errno"):  # as it raised there: FileExistsError, ENOTEMPTY ...
                 raise OSError(answer["errno"], f"on {self.login}: {answer['message']}")
             raise SshHostError(f"ssh {self.login}: {op} failed there: {answer['error']}: "
-                               f"{answer['message']}")
+                               f"{answer['message']} (the interpreter there is "
+                               f"{self.python}: provider_config['python'])")
         return _host.decode(answer["ok"])
 
     def read(self, path: str, offset: int = 0) -> bytes | None:
@@ -168,6 +208,7 @@ class SshHost:
 
 
 _HOSTS: dict[tuple[str, str, str | None], SshHost] = {}
+_EVERY: weakref.WeakSet[SshHost] = weakref.WeakSet()  # for a forked child to let go of
 _HOSTS_LOCK = threading.Lock()
 
 
@@ -175,5 +216,17 @@ def connect(login: str, python: str, ssh_config: str | None = None) -> SshHost:
     """The process's one ``SshHost`` for ``login``: every provider built for it (the caller's,
     each ``Task.from_id``'s) shares its connection."""
     with _HOSTS_LOCK:
-        return _HOSTS.setdefault((login, python, ssh_config),
-                                 SshHost(login, python, ssh_config))
+        key = (login, python, ssh_config)
+        if key not in _HOSTS:
+            _HOSTS[key] = SshHost(login, python, ssh_config)
+        return _HOSTS[key]
+
+
+def _after_fork_in_child() -> None:
+    global _HOSTS_LOCK
+    _HOSTS_LOCK = threading.Lock()
+    for host in list(_EVERY):
+        host.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -181,15 +182,17 @@ def test_an_unreachable_login_node_is_named_before_anything_is_submitted(
     assert not (tmp_path / "shared").exists()
 
 
-def test_the_nodes_get_the_config_without_the_login(login_node: LoginNode,
-                                                     tmp_path: Path) -> None:
+def test_the_nodes_get_the_config_without_the_login(
+        login_node: LoginNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flow_sdk.providers.slurm import SlurmProvider
 
+    monkeypatch.setenv("HOME", str(tmp_path))  # this machine's home is not the login node's
     provider = SlurmProvider.from_config({
         "login": login_node.name, "ssh_config": str(login_node.ssh_config),
         "python": sys.executable})
-    try:
-        assert provider.root == Path.home() / ".flow-slurm"  # ~ of the login node's user
+    try:  # ~ is the home of the login node's user, as its sshd sets it
+        assert provider.root == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".flow-slurm"
+        assert provider.root != Path.home() / ".flow-slurm"
         assert provider.config()["login"] == "flow-login"
         assert json.dumps(provider.node_config()).count("login") == 0
     finally:

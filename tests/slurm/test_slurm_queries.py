@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_sdk.providers.files import LOCAL
+from flow_sdk.providers.host import LOCAL
 from flow_sdk.providers.slurm import SlurmProvider, SlurmSettings
 from flow_sdk.providers.slurm import _commands
 from flow_sdk.providers.slurm._commands import Cluster, SlurmCommandError
@@ -78,7 +78,8 @@ def test_a_busy_controller_is_asked_again_after_a_back_off_and_a_submit_never(
 def test_a_job_that_failed_without_writing_its_output_names_shared_dir(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Slurm opens a job's output on its first node as the job starts; a FAILED job with
-    none is one whose nodes did not see ``shared_dir`` (recorded: every node here sees it)."""
+    none may be one whose nodes did not see ``shared_dir`` (recorded: every node here sees
+    it)."""
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "recorded.conf"))
 
     host = _Host({"squeue": [(0, "", "")], "scontrol": [(0, (
@@ -91,6 +92,6 @@ def test_a_job_that_failed_without_writing_its_output_names_shared_dir(
     end = _provider(tmp_path, host).scheduler_end("t")
     assert end is not None and not end.cancelled
     assert end.message == (f"slurm: job 13 ended FAILED; the job wrote no output to "
-                           f"{tmp_path}/jobs/t/slurm-13.out: its nodes do not see {tmp_path}. "
-                           "shared_dir must be a folder of the filesystem every node mounts, "
-                           "at the same path as here")
+                           f"{tmp_path}/jobs/t/slurm-13.out: its nodes may not see "
+                           f"{tmp_path}. shared_dir must be a folder of the filesystem every "
+                           "node mounts, at the same path")

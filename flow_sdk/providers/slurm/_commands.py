@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from flow_sdk.errors import ProviderError
-from flow_sdk.providers.files import LOCAL
-from flow_sdk.providers.host import Host
+from flow_sdk.providers.host import LOCAL, Host
 
 COMMAND_TIMEOUT_S = 60.0
 RETRY_WAITS_S = (0.5, 1.0, 2.0, 4.0)  # between the tries of a read the controller refused
@@ -64,9 +63,11 @@ class Cluster:
     """Slurm's commands on ``host``'s ``PATH``: this machine's unless given (a login node
     reached over SSH)."""
 
-    def __init__(self, host: Host = LOCAL, where: str = "here") -> None:
+    def __init__(self, host: Host = LOCAL, where: str = "here", login: str | None = None
+                 ) -> None:
         self.host = host
-        self.where = where  # the machine, in words: "here", "on login node user@host"
+        self.where = where  # the machine, in words: "here", "on the login node user@host"
+        self.login = login  # ``host`` is this login node, reached over SSH
 
     def run(self, argv: Sequence[str]) -> str:
         """Run one Slurm command; its standard output. A read the controller answers busy
@@ -77,6 +78,12 @@ class Cluster:
                     word in err for word in _BUSY):
                 break
             time.sleep(wait)
+        if code == 127 and self.login is not None:
+            raise SlurmCommandError(
+                f"slurm: `{argv[0]}` is not on PATH {self.where}, as ssh runs a command there "
+                "(a shell that is not a login shell may not load the site's profile or "
+                f"modules): see `ssh {self.login} which {argv[0]}`, and name a login node "
+                "whose PATH has Slurm's commands in provider_config['login']")
         if code == 127:
             raise SlurmCommandError(
                 f"slurm: `{argv[0]}` is not on PATH {self.where}: run on a login node of the "

@@ -22,8 +22,9 @@ from flow_sdk.providers.slurm._commands import (
 )
 
 QUEUE_FRESH_S = 1.0  # how long one listing of the user's queue answers for every job
-_QUEUES: dict[tuple[int, str], tuple[float, dict[str, JobState]]] = {}  # by cluster
+_QUEUES: dict[tuple[object, str], tuple[float, dict[str, JobState]]] = {}  # by cluster
 _QUEUES_LOCK = threading.Lock()
+CANCEL_POLL_S = 0.5  # how often a cancel asks whether the job is over
 STOP_WAIT_S = 30.0  # after scancel, how long a cancel waits for the job to leave the nodes
 # how long a task's running job has to end by itself before scancel: agents check for a
 # cancel every 2 s, then stop their workers (SIGTERM, then SIGKILL after 5 s)
@@ -52,17 +53,19 @@ class Jobs:
         """The job as one ``squeue --me`` of every job of this user shows it: taken at most
         ``QUEUE_FRESH_S`` ago, and shared by every provider of this process on the same
         cluster (``flow list`` of many tasks asks once). None when it was not listed then."""
+        key = self._queue_key()
         with _QUEUES_LOCK:
-            key = self._queue_key()
             taken = _QUEUES.get(key)
-            if taken is None or time.monotonic() - taken[0] > QUEUE_FRESH_S:
-                taken = (time.monotonic(), parse_squeue(self.cluster.run(
-                    ["squeue", "-h", "--me", "-o", JOB_FIELDS])))
+        if taken is None or time.monotonic() - taken[0] > QUEUE_FRESH_S:
+            taken = (time.monotonic(), parse_squeue(self.cluster.run(
+                ["squeue", "-h", "--me", "-o", JOB_FIELDS])))
+            with _QUEUES_LOCK:
                 _QUEUES[key] = taken
         return taken[1].get(job_id)
 
-    def _queue_key(self) -> tuple[int, str]:
-        return id(self.cluster.host), os.environ.get("SLURM_CONF", "")
+    def _queue_key(self) -> tuple[object, str]:
+        """The cluster a listing is of: the machine the commands run on, and its config."""
+        return self.cluster.host, os.environ.get("SLURM_CONF", "")
 
     def state(self, job_id: str) -> JobState | None:
         """The job: in the queue (``listed``) first, then ``scontrol`` (a job stays there a
@@ -136,19 +139,28 @@ class Jobs:
 
     def _wait_over(self, job_id: str, within_s: float, until_not_running: bool = False
                    ) -> bool:
-        """Whether the job is over within ``within_s`` (asked every 0.2 s; a job that is not
-        running, queued still, ends the wait at once when ``until_not_running``)."""
+        """Whether the job is over within ``within_s``. With ``until_not_running`` a job that
+        has not started (still queued) ends the wait at once; one ending by itself
+        (``COMPLETING``) is waited for."""
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
             job = self.queued(job_id)
             if job is None or job.over:
                 return True
-            if until_not_running and not job.running:
+            if until_not_running and not (job.running or job.state == "COMPLETING"):
                 return False
-            time.sleep(0.2)
+            time.sleep(CANCEL_POLL_S)
         return False
 
     def _ended(self) -> None:
         """A job ended: the process's listing of the queue, taken before, says no more."""
         with _QUEUES_LOCK:
             _QUEUES.pop(self._queue_key(), None)
+
+
+def _after_fork_in_child() -> None:
+    global _QUEUES_LOCK
+    _QUEUES_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -37,8 +37,8 @@ from flow_sdk.providers.base import (
 from flow_sdk.providers.dirvolumes import DirectoryVolumes
 from flow_sdk.providers.gcreport import GcReport
 from flow_sdk.providers.capabilities import Capabilities, Support
-from flow_sdk.providers.files import LOCAL, FileLogStore, FileObjectStore
-from flow_sdk.providers.host import Host
+from flow_sdk.providers.files import FileLogStore, FileObjectStore
+from flow_sdk.providers.host import LOCAL, Host
 from flow_sdk.providers.launch import NodeLaunch, node_launch, ship_wheels
 from flow_sdk.providers.slurm import _batch
 from flow_sdk.providers.slurm._commands import (
@@ -77,7 +77,8 @@ class SlurmProvider(Provider):
         if settings.shared_dir.startswith("~"):  # the home of the machine the commands run on
             self.root = Path(self.host.home()) / Path(settings.shared_dir).relative_to("~")
         self.cluster = cluster or Cluster(self.host, "here" if settings.login is None
-                                          else f"on the login node {settings.login}")
+                                          else f"on the login node {settings.login}",
+                                          settings.login)
         self.jobs = Jobs(self.cluster)
         self.partition = Partition(self.cluster, settings.options.partition)
         self._store = FileObjectStore(self.root / "store", self.host)
@@ -276,18 +277,18 @@ class SlurmProvider(Provider):
         """What Slurm says ended the job (``Jobs.ended_by``) and, unless someone cancelled it,
         the end of Slurm's own output of it (a node that could not even start the bootstrap,
         an interpreter missing there, shows only there). Slurm opens that output on the job's
-        first node as it starts: where it is missing, that node did not see ``shared_dir``."""
+        first node as it starts: a job that FAILED without one may not have seen
+        ``shared_dir``."""
         job_id = self._job_id(task_id)
         end = self.jobs.ended_by(job_id) if job_id is not None else None
         if end is None or end.cancelled:
             return end
         output = self._job_dir(task_id) / f"slurm-{job_id}.out"
         data = self.host.read(str(output))
-        if data is None:
+        if data is None and " ended FAILED" in end.message:
             return SchedulerEnd(f"{end.message}; the job wrote no output to {output}: its "
-                                f"nodes do not see {self.root}. shared_dir must be a folder "
-                                "of the filesystem every node mounts, at the same path as "
-                                "here")
+                                f"nodes may not see {self.root}. shared_dir must be a folder "
+                                "of the filesystem every node mounts, at the same path")
         lines = data.decode(errors="replace").splitlines()[-OUTPUT_TAIL:] if data else []
         return SchedulerEnd(end.message + (f"; the end of Slurm's output of the job ({output}):"
                                            "\n  " + "\n  ".join(lines) if lines else ""))

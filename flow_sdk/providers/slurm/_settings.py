@@ -70,10 +70,11 @@ class SlurmSettings:
                                 f"of the partition costs, in USD (like 2.5), not {price!r}")
         login, ssh_config = _login(config)
         shared = config.get("shared_dir") or DEFAULT_SHARED_DIR
-        if not isinstance(shared, str) or not shared.startswith(("/", "~")):
+        if not isinstance(shared, str) or not (shared.startswith("/") or shared == "~"
+                                               or shared.startswith("~/")):
             raise ProviderError("provider_config['shared_dir'] is a folder on the cluster's "
                                 "shared filesystem that every node sees: an absolute path, "
-                                f"or one under ~, not {shared!r}")
+                                f"or one under your home folder (~/...), not {shared!r}")
         python = config.get("python") or (None if login else sys.executable)
         if not isinstance(python, str) or not python.startswith("/"):
             raise ProviderError("provider_config['python'] must be an absolute path to the "

@@ -175,17 +175,19 @@ def test_a_job_slurm_has_forgotten_lists_as_terminated(
 
 def test_what_the_partition_can_never_run_is_refused_before_submitting_all_at_once(
         app: FlowApp, slurm_clean: SlurmCluster) -> None:
-    """More nodes than the partition has, a cap above its MaxTime (60 min here), a GPU none of
-    its nodes has: Slurm would queue such a job for ever where limits are not enforced at
-    submission; each is named, with its fix, and nothing is submitted."""
+    """More nodes than the partition has, a cap above its MaxTime (60 min here), more GPUs
+    than any of its nodes has (two each): Slurm would queue such a job for ever where limits
+    are not enforced at submission; each is named, with its fix, and nothing is
+    submitted."""
     with pytest.raises(ValidationError) as raised:  # as the function is declared
-        app.function(num_instances=4, max_run_time_hours=2, gpu="h100:1")(where)
+        app.function(num_instances=4, max_run_time_hours=2, gpu="h100:4")(where)
     fields = {problem.field: problem.message for problem in raised.value.problems}
     assert set(fields) == {"num_instances", "max_run_time_hours", "gpu"}
     assert "has 3 node(s), fewer than the 4 asked" in fields["num_instances"]
     assert "at most 60 min (MaxTime)" in fields["max_run_time_hours"]
     assert "give at most 0.97" in fields["max_run_time_hours"]
-    assert "has no GPUs; drop gpu=" in fields["gpu"]
+    assert "no node of the default partition has 4 GPUs of type h100: 2 at most" in fields[
+        "gpu"]
     assert not slurm_clean.run("squeue", "-h").stdout.strip()
 
 

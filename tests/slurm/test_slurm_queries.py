@@ -95,3 +95,16 @@ def test_a_job_that_failed_without_writing_its_output_names_shared_dir(
                            f"{tmp_path}/jobs/t/slurm-13.out: its nodes may not see "
                            f"{tmp_path}. shared_dir must be a folder of the filesystem every "
                            "node mounts, at the same path")
+
+
+def test_a_gpu_on_a_partition_without_any_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    from flow_sdk.spec import build_task_spec
+
+    host = _Host({"sinfo": [(0, "(null)\n(null)\n", "")], "scontrol": [(0, (
+        "PartitionName=cpu Default=YES MaxTime=60 Nodes=n[1-2] State=UP TotalNodes=2\n"), "")]})
+    spec = build_task_spec(app="a", name="t", provider="slurm", gpu="h100:1",
+                           max_run_time_hours=0.5)
+    [problem] = _provider(tmp_path, host).problems(spec)
+    assert (problem.field, problem.message) == ("gpu", "the default partition has no GPUs; "
+                                                "drop gpu=, or name a partition with GPUs in "
+                                                "provider_config['partition']")

@@ -255,9 +255,10 @@ def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[b
         time.sleep(0.5)
         caller.kill()
     caller.wait()
+    # the time-limit case: nothing ends the frozen job before Slurm's --time does
+    settle = bound_of(sc) if "time-limit" in sc.kinds else SETTLE_S[sc.provider]
     try:
-        found = leftovers(home, bench.account, stage.exclude - {caller.pid},
-                          SETTLE_S[sc.provider], disk)
+        found = leftovers(home, bench.account, stage.exclude - {caller.pid}, settle, disk)
         result.leaks += found
         if found:
             for proc in scan(home, stage.exclude):
@@ -268,7 +269,7 @@ def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[b
             if bench.account is not None:
                 purge_account(bench.account)
         if sc.provider == "slurm" and bench.cluster is not None:
-            _restore(bench.cluster, result)
+            _restore(bench.cluster, result, home)
     finally:  # the small filesystem goes even when the account could not be asked
         if disk is not None and not release_disk(disk):
             time.sleep(1)
@@ -277,9 +278,17 @@ def _finish(bench: Bench, sc: Scenario, stage: Stage, caller: subprocess.Popen[b
                 subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def _restore(cluster: SlurmCluster, result: Result) -> None:
+def _restore(cluster: SlurmCluster, result: Result, home: Path) -> None:
     """Count the jobs the scenario left in the queue, cancel them, and bring every node back
-    (a killed slurmd, a node set down) for the next scenario."""
+    (a killed slurmd, a node set down) for the next scenario. In the time-limit case the
+    job must have been ended by Slurm's ``--time`` (``TIMEOUT``)."""
+    if "time-limit" in result.kinds:
+        shown = cluster.run("scontrol", "-o", "show", "job", check=False).stdout
+        ends = [f"{line.split('JobId=')[1].split()[0]} {line.split('JobState=')[1].split()[0]}"
+                for line in shown.splitlines() if f"Command={home}/" in line]
+        result.notes.append(f"time-limit: job(s) ended {ends}")
+        if not ends or any(not end.endswith(" TIMEOUT") for end in ends):
+            result.lost.append(f"time-limit: the job was not ended by Slurm's --time: {ends}")
     left = cluster.jobs_left(within_s=5.0)
     if left:
         result.leaks += [f"slurm job {line}" for line in left.splitlines()]

@@ -47,6 +47,9 @@ class FileObjectStore(ObjectStore):
     def get(self, key: str) -> bytes | None:
         return self.host.read(self._path(key))
 
+    def exists(self, key: str) -> bool:
+        return self.host.kind(self._path(key)) == "file"
+
     def list(self, prefix: str) -> list[str]:
         base = self.root / safe_part(prefix.rstrip("/") or ".", "prefix")
         start = base if self.host.kind(str(base)) == "dir" else base.parent

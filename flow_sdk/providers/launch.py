@@ -117,9 +117,11 @@ def node_launch(request: LaunchRequest, wheels: tuple[ShippedWheel, ...] = (), *
 
 
 def ship(store: ObjectStore, wheel: sdkwheel.Wheel) -> ShippedWheel:
-    """Store ``wheel`` under its digest (once: the same bytes are never written twice)."""
+    """Store ``wheel`` under its digest (once: the same bytes are never written, nor sent to
+    a store elsewhere, twice)."""
     key = wire.code_key(wheel.sha256)
-    store.put_if_absent(key, wheel.data)
+    if not store.exists(key):
+        store.put_if_absent(key, wheel.data)
     return ShippedWheel(key, wheel.sha256, wheel.filename, wheel.python)
 
 

@@ -61,7 +61,10 @@ def test_a_banner_is_passed_over_and_a_call_cut_short_ends_the_connection(
     assert host.names(str(tmp_path)) == ["bin", "f"]
     calls = (tmp_path / "bin" / "calls").read_text().splitlines()
     assert len(calls) == 2 and all("ControlMaster=yes" in call for call in calls)
-    assert host.command(["squeue", "--me"])[-2:] == ["me@login", "squeue --me"]
+    shell = host.command(["squeue", "--me"])
+    assert shell[-2:] == ["me@login", "squeue --me"] and "ControlMaster=no" in shell
+    master = next(o for o in calls[-1].split() if o.startswith("ControlPath="))
+    assert master in shell  # a shell rides on this process's connection
 
 
 def test_a_forked_child_opens_its_own_connection(host: Any, tmp_path: Path) -> None:

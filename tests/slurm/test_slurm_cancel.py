@@ -1,17 +1,20 @@
 """A cancel on the test runner's real Slurm cluster goes through the task's signed cancel
 first: the agents stop their workers and end the job themselves (Slurm records it
 COMPLETED, not CANCELLED); a job whose agents do not (frozen here) is cancelled with
-``scancel`` after the grace. A task that succeeded ends its job the same way."""
+``scancel`` after the grace. A task that succeeded ends its job the same way; a pool's job,
+whose daemons stop only when told, is cancelled at once."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from flow_sdk import FlowApp
+from flow_sdk.client.pools import pool_up
 from flow_sdk.providers.slurm._jobs import CANCEL_GRACE_S
 from flow_sdk.wire import TaskStatus
 from flow_testing import wait_until
@@ -63,3 +66,15 @@ def test_a_task_that_succeeded_leaves_a_completed_job(app: FlowApp,
     assert len(task.results(timeout=120)) == 2
     job = task.provider.job_state(task.task_id)  # type: ignore[attr-defined]
     assert _job_state(slurm_clean, job.job_id) == "COMPLETED"
+
+
+def test_a_pools_job_is_cancelled_at_once_its_daemons_stop_only_when_told(
+        app: FlowApp, slurm_clean: SlurmCluster, tmp_path: Path) -> None:
+    pool = pool_up("held", provider="slurm", provider_config={
+        "shared_dir": str(tmp_path / "shared")}, num_instances=1, max_run_time_hours=0.1,
+        idle_stop="10m")
+    job = pool.provider.job_state(pool.pool_id)  # type: ignore[attr-defined]
+    started = time.monotonic()
+    pool.down()
+    assert time.monotonic() - started < CANCEL_GRACE_S
+    assert _job_state(slurm_clean, job.job_id) == "CANCELLED"

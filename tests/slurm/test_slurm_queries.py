@@ -12,6 +12,7 @@ import pytest
 from flow_sdk.providers.host import LOCAL
 from flow_sdk.providers.slurm import SlurmProvider, SlurmSettings
 from flow_sdk.providers.slurm import _commands
+from flow_sdk.errors import ProviderError
 from flow_sdk.providers.slurm._commands import Cluster, SlurmCommandError
 
 QUEUE = "11|RUNNING|n[1-2]|None\n12|PENDING||Priority\n"
@@ -108,3 +109,30 @@ def test_a_gpu_on_a_partition_without_any_is_refused_naming_the_fix(tmp_path: Pa
     assert (problem.field, problem.message) == ("gpu", "the default partition has no GPUs; "
                                                 "drop gpu=, or name a partition with GPUs in "
                                                 "provider_config['partition']")
+
+
+def test_a_command_missing_on_the_login_node_names_ssh_s_path_and_the_check() -> None:
+    host = _Host({"squeue": [(127, "", "bash: squeue: command not found")]})
+    with pytest.raises(SlurmCommandError, match=(
+            r"`squeue` is not on PATH on the login node me@login, as ssh runs a command there "
+            r".*see `ssh me@login which squeue`")):
+        Cluster(host, "me@login").run(["squeue", "-h"])  # type: ignore[arg-type]
+    with pytest.raises(SlurmCommandError, match=r"`squeue` is not on PATH here: run on a login "
+                                                r"node .*provider_config\['login'\]"):
+        Cluster(host).run(["squeue", "-h"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ({"login": "me@login"}, r"provider_config\['python'\] must be an absolute path .*with "
+                            r"login=, this machine's interpreter means nothing there"),
+    ({"ssh_config": "/etc/ssh/ssh_config"}, r"provider_config\['ssh_config'\] is for reaching "
+                                             r"the login node: give provider_config\['login'\]"),
+    ({"login": "-oProxyCommand=x"}, r"provider_config\['login'\] names the cluster's login "
+                                    r"node as ssh takes it"),
+    ({"shared_dir": "~bob/flow"}, r"provider_config\['shared_dir'\] .* under your home "
+                                  r"folder \(~/\.\.\.\), not '~bob/flow'"),
+])
+def test_login_settings_are_checked_naming_the_key_and_the_fix(
+        config: dict[str, str], named: str) -> None:
+    with pytest.raises(ProviderError, match=named):
+        SlurmSettings.parse(config)

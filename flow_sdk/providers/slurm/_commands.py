@@ -63,11 +63,14 @@ class Cluster:
     """Slurm's commands on ``host``'s ``PATH``: this machine's unless given (a login node
     reached over SSH)."""
 
-    def __init__(self, host: Host = LOCAL, where: str = "here", login: str | None = None
-                 ) -> None:
+    def __init__(self, host: Host = LOCAL, login: str | None = None) -> None:
         self.host = host
-        self.where = where  # the machine, in words: "here", "on the login node user@host"
         self.login = login  # ``host`` is this login node, reached over SSH
+
+    @property
+    def where(self) -> str:
+        """The machine the commands run on, in words."""
+        return "here" if self.login is None else f"on the login node {self.login}"
 
     def run(self, argv: Sequence[str]) -> str:
         """Run one Slurm command; its standard output. A read the controller answers busy

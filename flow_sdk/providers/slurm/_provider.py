@@ -76,9 +76,7 @@ class SlurmProvider(Provider):
         self.root = Path(settings.shared_dir)
         if settings.shared_dir.startswith("~"):  # the home of the machine the commands run on
             self.root = Path(self.host.home()) / Path(settings.shared_dir).relative_to("~")
-        self.cluster = cluster or Cluster(self.host, "here" if settings.login is None
-                                          else f"on the login node {settings.login}",
-                                          settings.login)
+        self.cluster = cluster or Cluster(self.host, settings.login)
         self.jobs = Jobs(self.cluster)
         self.partition = Partition(self.cluster, settings.options.partition)
         self._store = FileObjectStore(self.root / "store", self.host)
@@ -258,7 +256,7 @@ class SlurmProvider(Provider):
             return []
         job_id, count, launched = str(recorded["job_id"]), recorded["nodes"], recorded[
             "launched_at"]
-        job = self.job_state(task_id)
+        job = self.jobs.state(job_id)  # job.json read once a poll (over SSH, one round trip)
         if job is None or job.over:
             return [self._node(_batch.instance_id(job_id, k), task_id, "", "terminated",
                                launched) for k in range(count)]

@@ -7,7 +7,8 @@
 #   bash scripts/setup.sh --dev      # plus the test tools (the `dev` extra) and the system
 #                                    # packages the tests need (OpenSSH server; Chromium for
 #                                    # the dashboard's browser tests; Slurm and munge for the
-#                                    # Slurm tests' cluster)
+#                                    # Slurm tests' cluster; one apt-get update),
+#                                    # then byte-compiles the tests once
 #   bash scripts/setup.sh --dry-run  # (with or without --dev) print the steps, run none
 # Each step prints one line ("[2/3] ..."), then pip's own progress; the last line says how
 # long it all took.
@@ -46,7 +47,7 @@ fi
 EXTRA=all
 [ "$DEV" = 1 ] && EXTRA=dev
 TOTAL=4
-[ "$DEV" = 1 ] && TOTAL=7
+[ "$DEV" = 1 ] && TOTAL=6
 STEP=0
 # One line per step: "[2/3] what it does ...".
 step() {
@@ -73,28 +74,28 @@ apt_install() {
   fi
 }
 
+# The system packages the tests need, those missing installed with one `apt-get update`:
+# the OpenSSH server (`flow ssh` to local nodes), Debian's Chromium (the dashboard's browser
+# tests drive it through Playwright, which cannot download a browser of its own here), and
+# Slurm with munge (the Slurm tests start a real cluster on this machine: munged, slurmctld
+# and several slurmd).
 if [ "$DEV" = 1 ]; then
-  if command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; then
-    step "OpenSSH server: installed already"
+  missing=()
+  { command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } || \
+    missing+=(openssh-server openssh-client)
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  for program in slurmctld slurmd sbatch munged; do
+    if ! command -v "$program" >/dev/null 2>&1; then
+      missing+=(slurmctld slurmd slurm-client munge)
+      break
+    fi
+  done
+  if [ "${#missing[@]}" = 0 ]; then
+    step "system packages (OpenSSH server, Chromium, Slurm and munge): installed already"
   else
-    step "OpenSSH server (apt-get install openssh-server openssh-client) ..."
-    apt_install openssh-server openssh-client
-  fi
-  # The dashboard's browser tests drive Debian's Chromium through Playwright (which cannot
-  # download a browser of its own here).
-  if [ -x /usr/bin/chromium ]; then
-    step "Chromium: installed already"
-  else
-    step "Chromium (apt-get install chromium) ..."
-    apt_install chromium
-  fi
-  # The Slurm tests start a real cluster on this machine: munged, slurmctld and several slurmd.
-  if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && \
-     command -v sbatch >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then
-    step "Slurm and munge: installed already"
-  else
-    step "Slurm and munge (apt-get install slurmctld slurmd slurm-client munge) ..."
-    apt_install slurmctld slurmd slurm-client munge
+    step "system packages: OpenSSH server, Chromium, Slurm and munge (apt-get install" \
+      "${missing[*]}) ..."
+    apt_install "${missing[@]}"
   fi
 fi
 
@@ -125,6 +126,22 @@ fi
 # node agent, worker and `flow` command it starts: compile them once, now.
 step "byte-compiling the SDK's modules (python -m compileall flow_sdk) ..."
 run "$PY" -m compileall -q flow_sdk
+# The same for the tests: pytest rewrites the asserts of every test module and plugin it
+# imports, again in each of its runners, unless it finds them rewritten already. Collecting
+# the suite once, with bytecode written, leaves them rewritten; the bench and example modules
+# that test processes import are compiled beside them.
+if [ "$DEV" = 1 ]; then
+  step "byte-compiling the tests (pytest --collect-only; python -m compileall tests bench" \
+    "examples) ..."
+  collect=(env -u PYTHONDONTWRITEBYTECODE "$PY" -m pytest --collect-only -qq -o addopts=
+           -p no:cacheprovider)
+  if [ "$DRY" = 1 ]; then
+    echo "      would run: ${collect[*]}"
+  else
+    "${collect[@]}" | tail -n 1
+  fi
+  run "$PY" -m compileall -q tests bench examples
+fi
 
 if [ "$DRY" = 1 ]; then
   echo "set-up: dry run, nothing installed"

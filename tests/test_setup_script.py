@@ -66,10 +66,12 @@ def test_outside_a_virtual_environment_it_warns_and_goes_on_but_not_on_ci() -> N
     assert f"setup.sh: warning: {python} {WARNING}" in done.stderr, done.stderr
     assert "python3 -m venv .venv && . .venv/bin/activate" in done.stderr
     steps = _steps(done.stdout)
-    assert [s[:5] for s in steps] == [f"[{i}/7]" for i in range(1, 8)], done.stdout
-    assert steps[0].startswith("[1/7] OpenSSH server") and steps[1].startswith("[2/7] Chromium")
-    assert steps[2].startswith("[3/7] Slurm and munge")
-    assert "with the 'dev' extra" in steps[4]
+    assert [s[:5] for s in steps] == [f"[{i}/6]" for i in range(1, 7)], done.stdout
+    assert steps[0].startswith("[1/6] system packages") and "OpenSSH server, Chromium, Slurm " \
+        "and munge" in steps[0], steps
+    assert "with the 'dev' extra" in steps[2]
+    assert steps[5].startswith("[6/6] byte-compiling the tests"), steps
+    assert "-m pytest --collect-only" in done.stdout
 
     on_ci = _setup(python, "--dev", "--dry-run", ci=True)
     assert on_ci.returncode == 0 and WARNING not in on_ci.stderr, on_ci.stderr

@@ -11,6 +11,7 @@ error payloads are sealed by the node that uploads them and checked before ``loa
 
 from __future__ import annotations
 
+import dis
 import hashlib
 import importlib
 import io
@@ -122,10 +123,13 @@ class CallArgs:
 
 @dataclass(frozen=True)
 class PackedCall:
-    """A call as two envelopes: its code and its arguments (``pack_parts``)."""
+    """A call as two envelopes: its code and its arguments (``pack_parts``), and the
+    top-level names of the modules its code imports or refers to (``torch`` for a function
+    that runs ``import torch``): a node may import those once, before its workers start."""
 
     code: bytes
     args: bytes
+    imports: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -144,11 +148,13 @@ class _Scan(cloudpickle.Pickler):
     """A pickling pass whose bytes are thrown away. It notes which of the caller's own modules
     the object uses (modules it refers to, ``import mylib; mylib.f()``, and those its functions
     and classes come from, ``from mylib import f``) and the file of every code object that
-    pickles by value."""
+    pickles by value, and the top-level names of every module the object imports or refers
+    to."""
 
     def __init__(self, file: io.BytesIO) -> None:
         self.modules: dict[str, types.ModuleType] = {}
         self.origins: CodeOrigins = {}
+        self.imports: set[str] = set()
         # Read by the C pickler when it is created, so it is set before that.
         self.dispatch_table = ChainMap({types.CodeType: self._note_code},
                                        cloudpickle.Pickler.dispatch_table)
@@ -156,6 +162,8 @@ class _Scan(cloudpickle.Pickler):
 
     def _note_code(self, code: types.CodeType) -> Any:
         self.origins[(code.co_name, code.co_firstlineno)] = code.co_filename
+        self.imports.update(str(i.argval).split(".")[0] for i in dis.get_instructions(code)
+                            if i.opname == "IMPORT_NAME" and i.argval)
         return cloudpickle.Pickler.dispatch_table[types.CodeType](code)
 
     def reducer_override(self, obj: Any) -> Any:
@@ -164,6 +172,8 @@ class _Scan(cloudpickle.Pickler):
             module = obj
         elif isinstance(obj, (types.FunctionType, type)):
             module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        if module is not None:
+            self.imports.add(module.__name__.split(".")[0])
         if module is not None and _ship_by_value(module):
             root = sys.modules.get(module.__name__.split(".")[0])
             # A local package travels whole (its submodules import each other by name).
@@ -211,8 +221,9 @@ def _scan(call: Any, fn: Callable[..., Any]) -> _Scan:
 def pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
               include: Sequence[str] = ()) -> bytes:
     """The envelope for one call of ``fn``, code and arguments together (see ``_pack``)."""
-    return _pack(fn, args, kwargs, include, lambda origins: [
-        dumps(Call(fn, args, kwargs, origins))])[0]
+    blobs, _ = _pack(fn, args, kwargs, include, lambda origins: [
+        dumps(Call(fn, args, kwargs, origins))])
+    return blobs[0]
 
 
 def pack_parts(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -220,14 +231,15 @@ def pack_parts(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     """One call of ``fn`` as two envelopes, its code and its arguments, pickled with the same
     modules by value (see ``_pack``): what a task stores, so unchanged code is not stored
     again."""
-    code, arguments = _pack(fn, args, kwargs, include, lambda origins: [
+    (code, arguments), imports = _pack(fn, args, kwargs, include, lambda origins: [
         dumps(CallCode(fn, origins)), dumps(CallArgs(args, kwargs))])
-    return PackedCall(code, arguments)
+    return PackedCall(code, arguments, imports)
 
 
 def _pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-          include: Sequence[str], pickle: Callable[[CodeOrigins], list[bytes]]) -> list[bytes]:
-    """The envelope for one call of ``fn``. The caller's own modules (files outside the
+          include: Sequence[str], pickle: Callable[[CodeOrigins], list[bytes]]
+          ) -> tuple[list[bytes], frozenset[str]]:
+    """The envelopes for one call of ``fn``, and the modules its code imports or refers to. The caller's own modules (files outside the
     installed environment: neither the standard library nor site-packages) that the call
     reaches travel by value, since nodes do not have the caller's source tree: functions and
     classes from them, and modules used by name (``import mylib; mylib.f()``), also through
@@ -244,7 +256,7 @@ def _pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                 break
             modules.update((m.__name__, m) for m in new)
             registered.enter_context(_by_value(new))
-        return pickle(scan.origins)
+        return pickle(scan.origins), frozenset(scan.imports)
 
 
 def unpack_call(blob: bytes) -> Call:

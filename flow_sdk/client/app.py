@@ -9,7 +9,8 @@ import re
 import secrets
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from flow_sdk import lifecycle, payload, wire
@@ -124,7 +125,7 @@ class FlowApp:
         ``num_instances=``, ...). The modules it imports from its own directory travel with
         it (see ``flow_sdk.client.script_imports``). Returns the task's handle at once."""
         bundle = scripts.bundle_file(path, args, script_imports.local_module_files(path))
-        return self._submit_bundle(bundle, options)
+        return self._submit_bundle(bundle, options, script_imports.imported_names(Path(path)))
 
     def submit_directory(self, directory: str | os.PathLike[str], *, entrypoint: str,
                          args: Sequence[str] = (), **options: Any) -> Task:
@@ -134,9 +135,12 @@ class FlowApp:
         return self._submit_bundle(scripts.bundle_directory(directory, entrypoint, args),
                                    options)
 
-    def _submit_bundle(self, bundle: scripts.ScriptBundle, options: dict[str, Any]) -> Task:
+    def _submit_bundle(self, bundle: scripts.ScriptBundle, options: dict[str, Any],
+                       imports: Iterable[str] = ()) -> Task:
+        """``imports``: the modules the script imports, as far as they are known."""
         spec = self._spec_for(bundle.name, options)
         packed = payload.pack_parts(scripts.RUN_BUNDLE, (bundle,), {}, include=spec.include)
+        packed = dataclasses.replace(packed, imports=packed.imports | frozenset(imports))
         return launch_task(self.provider(spec.provider), spec, packed)
 
 
@@ -292,7 +296,7 @@ def launch_task(provider: Provider, spec: TaskSpec, packed: payload.PackedCall) 
     rdzv_port, master_port = provider.rendezvous_ports()
     record = TaskRecord(task_id, spec.model_dump(mode="json"), digests[0], time.time(),
                         rdzv_port, master_port, python=sdkwheel.python_version(),
-                        code_digest=digests[1])
+                        code_digest=digests[1], imports_torch="torch" in packed.imports)
     signed.put_record(wire.task_key(task_id), record)
     save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
                                            "created_at": record.created_at})

@@ -199,7 +199,8 @@ def launch_on_pool(provider: Provider, spec: TaskSpec, packed: payload.PackedCal
     now = time.time()
     signed.put_record(wire.task_key(task_id), TaskRecord(
         task_id, spec.model_dump(mode="json"), digests[0], now, rdzv_port, master_port,
-        python=sdkwheel.python_version(), code_digest=digests[1]))
+        python=sdkwheel.python_version(), code_digest=digests[1],
+        imports_torch="torch" in packed.imports))
     save_client_record(task_id, provider, {"app": spec.app, "name": spec.name,
                                            "created_at": now, "pool": pool.name})
     signed.put_record(wire.membership_key(task_id, 0), MembershipRecord(0, [

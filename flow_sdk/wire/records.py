@@ -122,6 +122,9 @@ class TaskRecord:
     master_port: int
     python: str = ""  # the caller's Python major.minor; the nodes refuse another one
     code_digest: str = ""  # the call's code, stored apart from its arguments ("": together)
+    # The call's code imports torch: a node that starts several workers, or may restart them,
+    # imports it once and forks them (``flow_sdk.node.agent.spawn.Template``).
+    imports_torch: bool = False
 
     @property
     def digests(self) -> tuple[str, ...]:
@@ -131,7 +134,12 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskRecord:
-        return cls(**_fields_of(cls, data))
+        raw = _fields_of(cls, data)
+        if not isinstance(raw.get("imports_torch", False), bool):
+            raise RecordError(f"TaskRecord: imports_torch is {raw['imports_torch']!r}, not true "
+                              "or false; run the same flow-sdk version on the client and the "
+                              "nodes")
+        return cls(**raw)
 
 
 @dataclass(frozen=True)

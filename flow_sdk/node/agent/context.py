@@ -31,7 +31,9 @@ class NodeContext:
     gang: Gang  # where the task's nodes come from: its own, or a pool's
     kernel: KernelLog  # the kernel's log since the agent started: who the OOM killer killed
     timeline: TimelineRecorder  # when this node reached each phase of the task
-    template: Template | None = None  # a pool node's warm interpreter: workers fork from it
+    # The node's warm interpreter, workers fork from it: a pool node's, or the agent itself
+    # once it imported torch for the task's workers (``Agent._warm_up``).
+    template: Template | None = None
     code_cache: Path | None = None  # a pool node's calls' code, kept by digest between tasks
     stop_requested: threading.Event = field(default_factory=threading.Event)  # SIGTERM
     # WARNING_SIGNAL: a scheduler's warning that its time limit is near (Slurm's --signal)

@@ -13,6 +13,8 @@ the phase its node record then shows.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
 import signal
 import sys
@@ -31,7 +33,7 @@ from flow_sdk.node.agent.generation import Generation
 from flow_sdk.node.agent.log import AgentLog
 from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.records import NodeRecords
-from flow_sdk.node.agent.spawn import Template
+from flow_sdk.node.agent.spawn import Template, prepare_template
 from flow_sdk.node.agent.timeline import TimelineRecorder
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.node.agent.worker import CALL_CODE_FILE, WARNING_SIGNAL
@@ -78,9 +80,23 @@ class Agent:
             if phases and not pool_of_task(node.task_id):
                 node.timeline.mark_boot_phases(Path(phases))
             spec = TaskSpec.model_validate(record.spec)
+            self._warm_up(spec, record)
             return self._run_generations(spec, record, self._runtime_cap(spec, record))
         finally:
             node.timeline.mark("end")
+
+    def _warm_up(self, spec: TaskSpec, record: TaskRecord) -> None:
+        """Make this agent the node's warm template (``spawn.Template``: torch imported once,
+        CUDA untouched; the workers are forked from it) when that saves work: the call's code
+        imports torch, torch is installed here, and the node starts more than one worker or
+        may restart them. A pool node's agent has its template already; any other task's
+        workers start cold."""
+        node = self.node
+        if node.template is not None or not record.imports_torch or \
+                (spec.slots_per_node < 2 and spec.max_restarts == 0) or \
+                importlib.util.find_spec("torch") is None:
+            return
+        self.node = dataclasses.replace(node, template=prepare_template())
 
     def _load_task(self) -> TaskRecord | None:
         """The task record, with the payload written to the work directory; None (the task's

@@ -1,6 +1,7 @@
 """How a node starts its worker processes: cold (a new interpreter each) or forked from a warm
-template (an interpreter a pool node keeps ready, with torch imported when the image has it and
-CUDA never initialised).
+template (an interpreter with torch imported when the image has it and CUDA never initialised:
+a pool node keeps one ready, and a task's agent becomes one when the call's code imports torch
+and the node starts several workers or may restart them).
 
 A forked worker runs the same worker code as a cold one (``worker.run_and_exit``) with the
 same environment, working directory and output pipe; what the template's interpreter read at

@@ -12,9 +12,10 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-from flow_testing import processes_with_env, wait_until
+from flow_testing import wait_until
 
 from flow_sdk import FlowApp, TaskFailedError
 from flow_sdk.client.stacks import task_stalls
@@ -131,6 +132,8 @@ def test_a_worker_the_oom_killer_ends_is_an_infra_failure() -> None:
 
 
 def _all_reduce_forever() -> None:
+    import os
+
     import torch
     import torch.distributed as dist
 
@@ -139,15 +142,16 @@ def _all_reduce_forever() -> None:
     for step in range(10**9):
         dist.all_reduce(value)
         if step % 200 == 0:
-            print(f"rank {dist.get_rank()} step {step}", flush=True)
+            print(f"rank {dist.get_rank()} step {step} pid {os.getpid()}", flush=True)
 
 
-def _worker_pid(task_id: str, rank: int) -> int:
-    for pid in processes_with_env("FLOW_TASK_ID", task_id):
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        if f"RANK={rank}".encode() in environ:
-            return pid
-    raise AssertionError(f"no worker of rank {rank}")
+def _worker_pid(task: Any, rank: int) -> int:
+    """The pid that rank ``rank`` printed (a worker forked from its agent has the agent's
+    environment in /proc, so it is found by what it says)."""
+    for line in task.logs():
+        if f"rank {rank} step " in line:
+            return int(line.rsplit(" pid ", 1)[1])
+    raise AssertionError(f"no line of rank {rank}")
 
 
 def test_a_rank_frozen_in_an_all_reduce_fails_the_task_within_the_bound() -> None:
@@ -155,7 +159,7 @@ def test_a_rank_frozen_in_an_all_reduce_fails_the_task_within_the_bound() -> Non
         _all_reduce_forever)
     task = frozen.spawn()
     wait_until(lambda: any("rank 2 step 400" in ln for ln in task.logs()), 90, "step 400")
-    os.kill(_worker_pid(task.task_id, 2), signal.SIGSTOP)  # alive, silent
+    os.kill(_worker_pid(task, 2), signal.SIGSTOP)  # alive, silent
     stopped = time.monotonic()
     with pytest.raises(TaskFailedError) as raised:
         task.result(timeout=120)

@@ -10,7 +10,7 @@ from flow_sdk.node.agent.gang import Gang
 from flow_sdk.node.agent.log import AgentLog
 from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.records import NodeRecords
-from flow_sdk.node.agent.spawn import Template
+from flow_sdk.node.agent.spawn import WarmStart
 from flow_sdk.node.agent.timeline import TimelineRecorder
 from flow_sdk.wire import BootConfig
 from flow_sdk.providers.base import Provider
@@ -31,9 +31,9 @@ class NodeContext:
     gang: Gang  # where the task's nodes come from: its own, or a pool's
     kernel: KernelLog  # the kernel's log since the agent started: who the OOM killer killed
     timeline: TimelineRecorder  # when this node reached each phase of the task
-    # The node's warm interpreter, workers fork from it: a pool node's, or the agent itself
-    # once it imported torch for the task's workers (``Agent._warm_up``).
-    template: Template | None = None
+    # The node's warm interpreter, workers fork from it: a pool node's, or the fork server
+    # the agent started for the task's workers (``Agent._warm_up``).
+    template: WarmStart | None = None
     code_cache: Path | None = None  # a pool node's calls' code, kept by digest between tasks
     stop_requested: threading.Event = field(default_factory=threading.Event)  # SIGTERM
     # WARNING_SIGNAL: a scheduler's warning that its time limit is near (Slurm's --signal)

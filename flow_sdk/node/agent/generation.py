@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from flow_sdk.system import procs
 from flow_sdk.node import headjob
@@ -89,7 +90,7 @@ class Generation:
             store.close()
             return ended
         offset = store.clock_offset()
-        workers = self._start_workers(m, volume_env)
+        workers = self._start_workers(m, volume_env, store.heartbeat)
         watch = Watch(self.node, m, store, workers, cap, self.spec, offset)
         watched: Watched = NodePhase.FAILED  # what the finally sees when the watch raised
         try:
@@ -156,14 +157,15 @@ class Generation:
         node.log(f"all {m.num_nodes} nodes arrived; starting {spec.slots_per_node} worker(s)")
         return m, store
 
-    def _spawn(self, envs: list[dict[str, str]]) -> Spawn:
+    def _spawn(self, envs: list[dict[str, str]], keepalive: Callable[[], None]) -> Spawn:
         """Fork the workers from the node's warm template when it has one that can start
-        them, else start them cold; a pool node says in the task's log which, and why."""
+        them, else start them cold; the task's log says which, and why. ``keepalive``: called
+        every second while the template gets ready."""
         template = self.node.template
         if template is None:
             return spawn.cold
         env = {**os.environ, **envs[0]}
-        problem = template.problem(env)
+        problem = template.problem(env) or template.ready(keepalive)
         if problem is not None:
             self.node.log(f"cold start: the warm template cannot start these workers: "
                           f"{problem}")
@@ -171,7 +173,8 @@ class Generation:
         self.node.log(f"workers fork from the node's {template.describe()} template")
         return template.fork
 
-    def _start_workers(self, m: Membership, volume_env: dict[str, str]) -> WorkerGroup:
+    def _start_workers(self, m: Membership, volume_env: dict[str, str],
+                       keepalive: Callable[[], None]) -> WorkerGroup:
         node, spec = self.node, self.spec
         envs = [worker_env(task_id=node.task_id, membership=m, local_rank=slot,
                            slots_per_node=spec.slots_per_node,
@@ -191,7 +194,7 @@ class Generation:
                               pids_file=node.workdir / procs.WORKER_PGIDS_FILE,
                               payload_digest=self.record.payload_digest,
                               code_digest=self.record.code_digest,
-                              generation=self.number, spawn=self._spawn(envs))
+                              generation=self.number, spawn=self._spawn(envs, keepalive))
         workers.start()
         node.records.write_node(m, NodePhase.RUNNING, spec.slots_per_node, STARTING)
         return workers

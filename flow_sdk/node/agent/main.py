@@ -33,7 +33,8 @@ from flow_sdk.node.agent.generation import Generation
 from flow_sdk.node.agent.log import AgentLog
 from flow_sdk.node.agent.oom import KernelLog
 from flow_sdk.node.agent.records import NodeRecords
-from flow_sdk.node.agent.spawn import Template, prepare_template
+from flow_sdk.node.agent.spawn import WarmStart
+from flow_sdk.node.agent.forkserver import ForkServer
 from flow_sdk.node.agent.timeline import TimelineRecorder
 from flow_sdk.node.agent.timers import Deadline
 from flow_sdk.node.agent.worker import CALL_CODE_FILE, WARNING_SIGNAL
@@ -50,7 +51,7 @@ class Agent:
     """One node's agent: it checks the task, then runs generations until one ends the task."""
 
     def __init__(self, boot: BootConfig, instance_id: str, address: str, workdir: Path, *,
-                 template: Template | None = None, code_cache: Path | None = None) -> None:
+                 template: WarmStart | None = None, code_cache: Path | None = None) -> None:
         """``template`` and ``code_cache``: a pool node's warm interpreter (this process,
         forked from it) and its calls' code by digest."""
         provider = get_provider(boot.provider, boot.provider_config)
@@ -80,23 +81,29 @@ class Agent:
             if phases and not pool_of_task(node.task_id):
                 node.timeline.mark_boot_phases(Path(phases))
             spec = TaskSpec.model_validate(record.spec)
-            self._warm_up(spec, record)
-            return self._run_generations(spec, record, self._runtime_cap(spec, record))
+            server = self._warm_up(spec, record)
+            try:
+                return self._run_generations(spec, record, self._runtime_cap(spec, record))
+            finally:
+                if server is not None:
+                    server.close()
         finally:
             node.timeline.mark("end")
 
-    def _warm_up(self, spec: TaskSpec, record: TaskRecord) -> None:
-        """Make this agent the node's warm template (``spawn.Template``: torch imported once,
-        CUDA untouched; the workers are forked from it) when that saves work: the call's code
-        imports torch, torch is installed here, and the node starts more than one worker or
-        may restart them. A pool node's agent has its template already; any other task's
-        workers start cold."""
+    def _warm_up(self, spec: TaskSpec, record: TaskRecord) -> ForkServer | None:
+        """Start the node's fork server (``forkserver``: torch imported once, CUDA untouched,
+        the workers forked from it) when that saves work: the call's code imports torch,
+        torch is installed here, and the node starts more than one worker or may restart
+        them. It starts when the first workers do. A pool node's agent has its template
+        already; any other task's workers start cold. The server, to close."""
         node = self.node
         if node.template is not None or not record.imports_torch or \
                 (spec.slots_per_node < 2 and spec.max_restarts == 0) or \
                 importlib.util.find_spec("torch") is None:
-            return
-        self.node = dataclasses.replace(node, template=prepare_template())
+            return None
+        server = ForkServer(os.environ)
+        self.node = dataclasses.replace(node, template=server)
+        return server
 
     def _load_task(self) -> TaskRecord | None:
         """The task record, with the payload written to the work directory; None (the task's

@@ -1,7 +1,7 @@
 """How a node starts its worker processes: cold (a new interpreter each) or forked from a warm
 template (an interpreter with torch imported when the image has it and CUDA never initialised:
-a pool node keeps one ready, and a task's agent becomes one when the call's code imports torch
-and the node starts several workers or may restart them).
+a pool node keeps one ready, and a task's agent starts one, ``forkserver``, when the call's
+code imports torch and the node starts several workers or may restart them).
 
 A forked worker runs the same worker code as a cold one (``worker.run_and_exit``) with the
 same environment, working directory and output pipe; what the template's interpreter read at
@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -89,6 +89,22 @@ class Forked:
         return self._returncode
 
 
+class WarmStart(Protocol):
+    """What forks a node's workers from a warm interpreter: a ``Template`` (a pool node's
+    daemon, this very process) or a task's ``forkserver.ForkServer``."""
+
+    def problem(self, env: Mapping[str, str]) -> str | None:
+        """Why a worker with ``env`` cannot be forked, or None."""
+
+    def ready(self, keepalive: Callable[[], None]) -> str | None:
+        """Wait until workers can be forked, calling ``keepalive`` every second meanwhile;
+        why they cannot be, or None."""
+
+    def describe(self) -> str: ...
+
+    def fork(self, env: Mapping[str, str], cwd: Path) -> Process: ...
+
+
 @dataclass(frozen=True)
 class Template:
     """This process as a warm template: the environment it started with and the torch it
@@ -97,24 +113,19 @@ class Template:
     env: Mapping[str, str]
     torch: str | None
 
+    def ready(self, keepalive: Callable[[], None]) -> str | None:
+        """A template is ready once made (``prepare_template``)."""
+        return None
+
     def describe(self) -> str:
         return f"warm (torch {self.torch} imported)" if self.torch else \
             "warm (Python only: this image has no torch)"
 
     def problem(self, env: Mapping[str, str]) -> str | None:
         """Why a worker with ``env`` cannot be forked from this template, or None."""
-        if not sys.platform.startswith("linux"):
-            return "workers are forked on Linux only"
         if self.torch and _cuda_initialised():
             return "CUDA was initialised in the template"
-        prefixes = _STARTUP_PREFIXES + (_TORCH_STARTUP_PREFIXES if self.torch else ())
-        names = sorted(k for k in set(env) | set(self.env)
-                       if k.startswith(prefixes) and k not in _APPLIED_AFTER_FORK
-                       and env.get(k) != self.env.get(k))
-        if names:
-            return (f"the task sets {', '.join(names)}, which the interpreter reads when it "
-                    "starts")
-        return None
+        return startup_problem(self.env, env, torch=bool(self.torch))
 
     def fork(self, env: Mapping[str, str], cwd: Path) -> Process:
         """A worker forked from this process, in a session of its own, as ``cold`` starts it."""
@@ -123,11 +134,26 @@ class Template:
         pid = os.fork()
         if pid == 0:  # the worker
             try:
-                _become_worker(env, cwd, write_end)
+                become_worker(env, cwd, write_end)
             finally:
-                os._exit(70)  # _become_worker never returns
+                os._exit(70)  # become_worker never returns
         os.close(write_end)
         return Forked(pid, os.fdopen(read_end, "rb"))
+
+
+def startup_problem(started: Mapping[str, str], env: Mapping[str, str], *,
+                    torch: bool) -> str | None:
+    """Why a worker with ``env`` cannot be forked from an interpreter that started with
+    ``started`` (and imported torch, ``torch``), or None."""
+    if not sys.platform.startswith("linux"):
+        return "workers are forked on Linux only"
+    prefixes = _STARTUP_PREFIXES + (_TORCH_STARTUP_PREFIXES if torch else ())
+    names = sorted(k for k in set(env) | set(started)
+                   if k.startswith(prefixes) and k not in _APPLIED_AFTER_FORK
+                   and env.get(k) != started.get(k))
+    if names:
+        return f"the task sets {', '.join(names)}, which the interpreter reads when it starts"
+    return None
 
 
 def prepare_template() -> Template:
@@ -148,7 +174,7 @@ def _cuda_initialised() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
-def _become_worker(env: Mapping[str, str], cwd: Path, output: int) -> None:
+def become_worker(env: Mapping[str, str], cwd: Path, output: int) -> None:
     """In the forked child: the worker's session, output, directory and environment (nothing
     else of the agent's: its other files are closed), then the worker itself."""
     os.setsid()

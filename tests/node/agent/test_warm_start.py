@@ -1,9 +1,11 @@
-"""A task's own nodes fork their workers from a warm agent (torch imported once) when that
+"""A task's own nodes fork their workers from a fork server (torch imported once) when that
 saves work: the call imports torch and a node starts several workers or may restart them.
 Every other task starts its workers cold, each in a new interpreter."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 app = FlowApp("warm-start")
 COLD_WORKER = "flow_sdk.node.agent.worker"  # what a cold worker's interpreter was started with
+SERVER = "flow_sdk.node.agent.forkserver"
 
 
 def _sum_ranks() -> dict[str, Any]:
@@ -30,11 +33,21 @@ def _sum_ranks() -> dict[str, Any]:
     value = torch.tensor([float(dist.get_rank())])
     dist.all_reduce(value)
     dist.destroy_process_group()
-    return {"sum": float(value.item()), "argv": list(sys.orig_argv)}
+    return _whoami(float(value.item()))
 
 
 def _no_torch() -> dict[str, Any]:
-    return {"sum": 0.0, "argv": list(sys.orig_argv)}
+    return _whoami(0.0)
+
+
+def _whoami(total: float) -> dict[str, Any]:
+    """The worker's start: its interpreter's command, its parent and whether the agent's code
+    (which holds the task's secret) was ever loaded in it."""
+    import os
+
+    return {"sum": total, "argv": list(sys.orig_argv), "parent": os.getppid(),
+            "agent_code": "flow_sdk.node.agent.main" in sys.modules,
+            "parent_argv": Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")}
 
 
 def _started(task: Any) -> tuple[list[dict[str, Any]], list[str]]:
@@ -42,12 +55,17 @@ def _started(task: Any) -> tuple[list[dict[str, Any]], list[str]]:
     return results, task.logs(source="agent")
 
 
-def test_two_workers_that_import_torch_fork_from_their_agent(flow_home: Path) -> None:
+def test_two_workers_that_import_torch_fork_from_a_server_without_the_secret(
+        flow_home: Path) -> None:
     task = app.function(num_instances=2, workers_per_node=2, quiet=True)(_sum_ranks).spawn()
     results, agent_lines = _started(task)
     assert [r["sum"] for r in results] == [6.0] * 4
-    # a forked worker is the agent's interpreter: it never ran the worker module's command
-    assert all(COLD_WORKER not in " ".join(r["argv"]) for r in results), results
+    # a forked worker is the server's interpreter, which never loaded the agent's code
+    assert all(SERVER in r["argv"] and COLD_WORKER not in r["argv"] for r in results), results
+    assert not any(r["agent_code"] for r in results), results
+    # and its parent is its node's agent (the subreaper), which waits for it
+    assert all(b"flow_sdk.node.agent" in r["parent_argv"] for r in results), results
+    assert len({r["parent"] for r in results}) == 2  # one agent per node
     warm = [line for line in agent_lines if "workers fork from the node's warm (torch" in line]
     assert len(warm) == 2, agent_lines  # one line per node
 
@@ -58,7 +76,7 @@ def test_other_tasks_start_their_workers_cold(flow_home: Path, shape: str) -> No
     task = app.function(num_instances=1, workers_per_node=workers, quiet=True)(fn).spawn()
     results, agent_lines = _started(task)
     assert len(results) == workers
-    assert all(COLD_WORKER in " ".join(r["argv"]) for r in results), results
+    assert all(COLD_WORKER in r["argv"] for r in results), results
     assert not [line for line in agent_lines if "template" in line], agent_lines
 
 
@@ -74,3 +92,33 @@ def test_the_record_says_whether_the_call_imports_torch() -> None:
     assert TaskRecord.from_json(to_json(record)).imports_torch is True
     with pytest.raises(RecordError, match="imports_torch is 'yes'"):
         TaskRecord.from_json(to_json(record).replace(b"true", b'"yes"'))
+
+
+_BROKEN_SERVER = """
+import sys
+from flow_sdk.node.agent.forkserver import ForkServer
+env = dict(__import__("os").environ, PYTHONPATH=sys.argv[1])
+server = ForkServer(env)
+kept = []
+try:
+    why = server.ready(lambda: kept.append(1))
+    print(repr((why, len(kept), server.problem(env), server.describe())))
+finally:
+    server.close()
+"""
+
+
+def test_a_fork_server_that_cannot_start_is_reported_and_the_node_kept_alive(
+        tmp_path: Path) -> None:
+    """Its torch import fails after 2.5 s: the agent is kept alive meanwhile (its heartbeat),
+    and the failure is what ``problem`` then says, so the workers start cold. (In a process
+    of its own: the server makes its caller a subreaper.)"""
+    (tmp_path / "torch.py").write_text("import time\ntime.sleep(2.5)\n"
+                                       "raise RuntimeError('a broken torch')\n")
+    done = subprocess.run([sys.executable, "-c", _BROKEN_SERVER, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    why, kept, problem, described = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert why.startswith("the fork server did not start"), why
+    assert kept >= 2 and problem == why and described == f"cold: {why}"
+    assert "RuntimeError: a broken torch" in done.stderr  # the server's own traceback

@@ -24,12 +24,15 @@ class Proc:
     cmdline: str
     instance: str | None  # the node's instance id, when the process belongs to a node
     slurm_node: str | None = None  # the Slurm node it runs on (a job's processes)
+    session: int = 0  # its session id: a worker leads a session of its own
 
     @property
     def role(self) -> str:
         cmd = self.cmdline
         if "flow_sdk.node.agent.worker" in cmd:
             return "worker"
+        if "flow_sdk.node.agent.forkserver" in cmd:  # the server, or a worker forked by it
+            return "worker" if self.session == self.pid else "fork-server"
         if "flow_sdk.node.agent" in cmd:
             return "agent"
         if "flow_sdk.node.pool" in cmd:
@@ -84,7 +87,7 @@ def scan(home: Path, exclude: set[int]) -> list[Proc]:
         instance = (sim_tag.split("/", 1)[1] if sim_tag and "/" in sim_tag
                     else _env_value(environ, LOCAL_TAG))
         found.append(Proc(int(entry.name), int(after[1]), after[0], cmdline, instance,
-                          _env_value(environ, "SLURMD_NODENAME")))
+                          _env_value(environ, "SLURMD_NODENAME"), int(after[3])))
     return found
 
 

@@ -124,8 +124,9 @@ class CallArgs:
 @dataclass(frozen=True)
 class PackedCall:
     """A call as two envelopes: its code and its arguments (``pack_parts``), and the
-    top-level names of the modules its code imports or refers to (``torch`` for a function
-    that runs ``import torch``): a node may import those once, before its workers start."""
+    top-level names of the modules the call imports or refers to, its arguments' included
+    (``torch`` for a function that runs ``import torch``, or for a tensor argument): a node
+    may import those once, before its workers start."""
 
     code: bytes
     args: bytes
@@ -172,10 +173,11 @@ class _Scan(cloudpickle.Pickler):
             module = obj
         elif isinstance(obj, (types.FunctionType, type)):
             module = sys.modules.get(getattr(obj, "__module__", "") or "")
-        if module is not None:
-            self.imports.add(module.__name__.split(".")[0])
+        root_name = module.__name__.split(".")[0] if module is not None else ""
+        if root_name:
+            self.imports.add(root_name)
         if module is not None and _ship_by_value(module):
-            root = sys.modules.get(module.__name__.split(".")[0])
+            root = sys.modules.get(root_name)
             # A local package travels whole (its submodules import each other by name).
             chosen = root if root is not None and _ship_by_value(root) else module
             self.modules[chosen.__name__] = chosen
@@ -239,7 +241,8 @@ def pack_parts(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 def _pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
           include: Sequence[str], pickle: Callable[[CodeOrigins], list[bytes]]
           ) -> tuple[list[bytes], frozenset[str]]:
-    """The envelopes for one call of ``fn``, and the modules its code imports or refers to. The caller's own modules (files outside the
+    """The envelopes for one call of ``fn``, and the modules the call imports or refers to
+    (``PackedCall.imports``). The caller's own modules (files outside the
     installed environment: neither the standard library nor site-packages) that the call
     reaches travel by value, since nodes do not have the caller's source tree: functions and
     classes from them, and modules used by name (``import mylib; mylib.f()``), also through

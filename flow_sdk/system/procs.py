@@ -8,10 +8,12 @@ site-packages or the package.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
@@ -22,6 +24,26 @@ WORKER_PGIDS_FILE = "worker-pgids"
 
 __all__ = ["WORKER_PGIDS_FILE", "command_line", "descendants", "ephemeral_ports", "free_port",
            "is_alive", "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
+
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def die_with_parent(parent: int | None = None) -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies (elsewhere: nothing). False
+    when ``parent`` (the pid the caller expects as its parent) died already, before this
+    could take effect: the caller should then exit."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    return parent is None or os.getppid() == parent
+
+
+def become_subreaper() -> bool:
+    """Make orphans of this process's descendants its children (Linux); False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0
 
 
 def _state(stat: str) -> str:

@@ -16,10 +16,8 @@ closes its end of the socket, or with the agent (``PR_SET_PDEATHSIG``).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from flow_sdk.system import procs
 from flow_sdk.node.agent.spawn import (
     Forked,
     Process,
@@ -41,14 +40,6 @@ MODULE = "flow_sdk.node.agent.forkserver"
 READY_TIMEOUT_S = 300.0  # torch's import on a slow disk; workers wait for it as cold ones would
 ANSWER_TIMEOUT_S = 30.0  # a fork
 MAX_MESSAGE_BYTES = 1 << 20
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _prctl(option: int, value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option}, {value})")
 
 
 class ForkServer:
@@ -67,7 +58,8 @@ class ForkServer:
 
     def _start(self) -> subprocess.Popen[bytes]:
         """Start the server, this process made its descendants' subreaper first."""
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        if not procs.become_subreaper():
+            raise OSError("this process cannot be its descendants' subreaper")
         with self._theirs:
             return subprocess.Popen(
                 [sys.executable, "-m", MODULE, str(self._theirs.fileno()), str(os.getpid())],
@@ -148,10 +140,16 @@ def _fork_worker(env: Mapping[str, str], cwd: Path, output: int) -> int:
     if child == 0:  # the intermediate: it forks the worker, says its pid, and exits
         try:
             os.close(read_pid)
+            intermediate = os.getpid()
             worker = os.fork()
             if worker == 0:
-                os.close(write_pid)
-                become_worker(env, cwd, output)
+                try:
+                    os.close(write_pid)
+                    while os.getppid() == intermediate:  # the agent's child first: a worker
+                        time.sleep(0.001)  # ties its life to its parent's (_die_with_agent)
+                    become_worker(env, cwd, output)
+                finally:
+                    os._exit(70)  # become_worker never returns
             os.write(write_pid, str(worker).encode())
         finally:
             os._exit(0)
@@ -166,9 +164,8 @@ def _fork_worker(env: Mapping[str, str], cwd: Path, output: int) -> int:
 
 def serve(sock: socket.socket, agent_pid: int) -> None:
     """The server's loop: ready once torch is imported, then one worker per request."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != agent_pid:
-        return  # the agent ended before the line above could tie this process to it
+    if not procs.die_with_parent(agent_pid):
+        return  # the agent ended before this process could be tied to it
     template = prepare_template()
     sock.send(json.dumps({"torch": template.torch}).encode())
     while True:

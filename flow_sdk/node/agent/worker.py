@@ -7,7 +7,6 @@ environment already set. Exit code 0 means a result file was written; 1 means an
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno
 import faulthandler
 import json
@@ -24,8 +23,8 @@ from flow_sdk.errors import PayloadError
 from flow_sdk.node import collectives, headjob
 from flow_sdk.payload import Call, CodeOrigins
 from flow_sdk.wire import envvars
+from flow_sdk.system import procs
 
-_PR_SET_PDEATHSIG = 1
 STACKS_SIGNAL = signal.SIGRTMIN + 4  # a worker dumps its stacks on it (faulthandler)
 # A scheduler's warning before its time limit (Slurm's ``--signal=USR1@...``), sent to every
 # process of the job: a worker ignores it unless the user's code installs a handler.
@@ -38,12 +37,8 @@ DEFAULT_MAX_RESULT_BYTES = 1 << 30  # results travel through the object store; 1
 
 def _die_with_agent() -> None:
     """Ask Linux to SIGKILL this process when the agent that started it dies."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    agent_pid = int(os.environ.get(envvars.AGENT_PID, "0"))
-    if agent_pid and os.getppid() != agent_pid:  # the agent died before prctl took effect
-        os._exit(137)
+    if not procs.die_with_parent(int(os.environ.get(envvars.AGENT_PID, "0")) or None):
+        os._exit(137)  # the agent died before that could take effect
 
 
 def _write(path: Path, data: bytes) -> None:

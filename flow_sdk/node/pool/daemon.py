@@ -19,7 +19,6 @@ A spare that takes a rank asks the provider for a new spare, so the pool keeps i
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -29,11 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from flow_sdk.system import procs
 from flow_sdk import lifecycle, wire
 from flow_sdk.errors import FlowError, RecordError, SignatureError, TaskSecretError
 from flow_sdk.node.agent.main import Agent, serve
 from flow_sdk.node.agent.spawn import Template, prepare_template
-from flow_sdk.node.pool.sweep import Own, TaskCgroup, become_subreaper, reap, sweep, tracking
+from flow_sdk.node.pool.sweep import Own, TaskCgroup, reap, sweep, tracking
 from flow_sdk.node.pool.timer import IdleTimer
 from flow_sdk.providers import get_provider
 from flow_sdk.providers.base import LaunchRequest
@@ -62,7 +62,6 @@ POLL_MAX_S = 0.25  # ... and after that (a listing of the store costs a request)
 FAST_WINDOW_S = 120.0  # edit, run, look: the next task usually comes within minutes
 OUTCOME_CHECK_S = 0.5
 LINGER_S = 15.0  # an agent still running this long after its task's outcome is stopped
-_PR_SET_PDEATHSIG = 1
 
 
 class PoolDaemon:
@@ -95,7 +94,7 @@ class PoolDaemon:
         self.log(f"started on {self.instance_id} ({self.address}), pool {self.pool_id}")
         for folder in (self.code_dir, self.tasks_dir):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not become_subreaper():
+        if not procs.become_subreaper():
             self.log("cannot become a child subreaper: processes a task detaches may escape "
                      "the sweep")
         record = self._pool_record()
@@ -258,8 +257,7 @@ class PoolDaemon:
         if cgroup is not None and (problem := cgroup.enter()):
             self.log(problem)
         os.setsid()
-        if sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        procs.die_with_parent()
         for sig in (signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         os.chdir(workdir)
@@ -307,7 +305,7 @@ class PoolDaemon:
         connection with the daemon's), then, a subreaper, collect their processes until none
         is left."""
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        become_subreaper()
+        procs.become_subreaper()
         provider = get_provider(self.boot.provider, self.boot.provider_config)
         try:
             running = [i for i in provider.list_instances(self.pool_id)

@@ -21,13 +21,11 @@ than run the next task on a dirty node.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,17 +33,9 @@ from pathlib import Path
 
 from flow_sdk.system import procs
 
-_PR_SET_CHILD_SUBREAPER = 36
 SWEEP_WAIT_S = 10.0
 TERM_GRACE_S = 1.0  # how long a leftover has to exit on SIGTERM before SIGKILL
 CGROUP_PREFIX = "flow-task-"
-
-
-def become_subreaper() -> bool:
-    """Make orphans of this process's descendants its children (Linux); False elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return False
-    return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0
 
 
 class Own:

@@ -24,7 +24,6 @@ Only the standard library may be imported here. Run by path, it loads ``flow_sdk
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import selectors
@@ -36,9 +35,6 @@ import traceback
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-
-_PR_SET_PDEATHSIG = 1
-
 
 def _sibling(name: str) -> ModuleType:
     """``flow_sdk.<name>`` (a standard-library-only module): imported within the package, else
@@ -61,12 +57,6 @@ envvars = _sibling("wire.envvars")  # the FLOW_* variables the keeper reads
 def stop_node_processes(instance_ids: Collection[str]) -> list[int]:
     """Stop every process that carries one of these nodes' instance ids; returns their PIDs."""
     return list(procs.stop_pids(procs.pids_with_env(envvars.INSTANCE_ID, instance_ids)))
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: Linux sends SIGKILL when the keeper that started it dies."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class _StreamFile:
@@ -112,7 +102,7 @@ def _start_sshd(sshd_argv: Sequence[str], out: _StreamFile,
     try:
         sshd = subprocess.Popen(list(sshd_argv), stdin=subprocess.DEVNULL, stdout=write_end,
                                 stderr=write_end,
-                                preexec_fn=_die_with_parent)  # the keeper has no threads
+                                preexec_fn=procs.die_with_parent)  # the keeper has no threads
     except OSError as exc:
         out.note(f"could not start sshd ({' '.join(sshd_argv)}): {exc}")
         os.close(read_end)

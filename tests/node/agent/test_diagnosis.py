@@ -146,8 +146,8 @@ def _all_reduce_forever() -> None:
 
 
 def _worker_pid(task: Any, rank: int) -> int:
-    """The pid that rank ``rank`` printed (a worker forked from its agent has the agent's
-    environment in /proc, so it is found by what it says)."""
+    """The pid that rank ``rank`` printed (a worker forked by its node's fork server has the
+    server's environment in /proc, so it is found by what it says)."""
     for line in task.logs():
         if f"rank {rank} step " in line:
             return int(line.rsplit(" pid ", 1)[1])

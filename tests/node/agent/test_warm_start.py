@@ -55,19 +55,43 @@ def _started(task: Any) -> tuple[list[dict[str, Any]], list[str]]:
     return results, task.logs(source="agent")
 
 
-def test_two_workers_that_import_torch_fork_from_a_server_without_the_secret(
-        flow_home: Path) -> None:
-    task = app.function(num_instances=2, workers_per_node=2, quiet=True)(_sum_ranks).spawn()
+@pytest.mark.parametrize("shape", ["2x2", "1x1-with-restarts"])
+def test_workers_that_import_torch_fork_from_a_server_without_the_secret(
+        flow_home: Path, shape: str) -> None:
+    nodes, workers, restarts = (2, 2, 0) if shape == "2x2" else (1, 1, 1)
+    task = app.function(num_instances=nodes, workers_per_node=workers, max_restarts=restarts,
+                        quiet=True)(_sum_ranks).spawn()
     results, agent_lines = _started(task)
-    assert [r["sum"] for r in results] == [6.0] * 4
+    size = nodes * workers
+    assert [r["sum"] for r in results] == [float(sum(range(size)))] * size
     # a forked worker is the server's interpreter, which never loaded the agent's code
     assert all(SERVER in r["argv"] and COLD_WORKER not in r["argv"] for r in results), results
     assert not any(r["agent_code"] for r in results), results
     # and its parent is its node's agent (the subreaper), which waits for it
     assert all(b"flow_sdk.node.agent" in r["parent_argv"] for r in results), results
-    assert len({r["parent"] for r in results}) == 2  # one agent per node
+    assert len({r["parent"] for r in results}) == nodes  # one agent per node
     warm = [line for line in agent_lines if "workers fork from the node's warm (torch" in line]
-    assert len(warm) == 2, agent_lines  # one line per node
+    assert len(warm) == nodes, agent_lines  # one line per node
+
+
+def test_a_script_that_imports_torch_forks_its_workers(flow_home: Path, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import sys\n\nimport torch\n\nprint('started by', sys.orig_argv)\n")
+    task = app.submit_file(script, num_instances=1, workers_per_node=2)
+    assert task.wait(timeout=120).value == "SUCCEEDED", task.logs()
+    assert task.record().imports_torch is True
+    assert sum(SERVER in line for line in task.logs() if "started by" in line) == 2
+    assert any("workers fork from the node's warm (torch" in line
+               for line in task.logs(source="agent"))
+
+
+def test_a_task_that_sets_a_start_up_variable_starts_cold(flow_home: Path) -> None:
+    task = app.function(workers_per_node=2, environment={"OMP_PROC_BIND": "false"},
+                        quiet=True)(_sum_ranks).spawn()
+    results, agent_lines = _started(task)
+    assert all(COLD_WORKER in r["argv"] for r in results), results
+    assert any("cold start: the warm template cannot start these workers: the task sets "
+               "OMP_PROC_BIND" in line for line in agent_lines), agent_lines
 
 
 @pytest.mark.parametrize("shape", ["one-worker-no-restarts", "code-without-torch"])

@@ -111,9 +111,9 @@ import json, os, subprocess, sys, time
 from pathlib import Path
 
 from flow_sdk.system import procs
-from flow_sdk.node.pool.sweep import Own, become_subreaper, sweep
+from flow_sdk.node.pool.sweep import Own, sweep
 
-assert become_subreaper()
+assert procs.become_subreaper()
 leave, folder = json.loads(sys.argv[1]), Path(sys.argv[2])
 own = Own()
 helper = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; p = subprocess.Popen("

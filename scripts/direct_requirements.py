@@ -1,50 +1,49 @@
-"""Print the installed flow-gang-sdk's direct requirements for an extra, one per line, without
-torch: what `scripts/setup.sh` upgrades to their newest releases.
+"""Print flow-gang-sdk's direct requirements for an extra, one per line, without torch, as
+``pyproject.toml`` lists them (the extras it names followed): what `scripts/setup.sh` installs
+at their newest releases, in the same pip run that installs the SDK.
 
     python scripts/direct_requirements.py dev
 
-Standard library only (it runs before anything else is known to be installed).
+Standard library only (it runs before anything is installed); Python 3.11 or later (tomllib).
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from importlib.metadata import requires
+import tomllib
+from pathlib import Path
+from typing import Any
 
 DIST = "flow-gang-sdk"
 KEEP = {"torch"}  # the set-up's CPU pin stays
-_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[([^\]]*)\])?")
 
 
-def _split(line: str) -> tuple[str, str | None]:
-    """A requirement line's requirement (no marker) and the extra its marker names, if any."""
-    requirement, _, marker = line.partition(";")
-    found = _EXTRA.search(marker)
-    return requirement.strip(), found.group(1) if found else None
-
-
-def direct_requirements(extra: str) -> list[str]:
-    lines = [_split(line) for line in requires(DIST) or []]
+def direct_requirements(extra: str, project: dict[str, Any] | None = None) -> list[str]:
+    """The requirements of ``extra`` and of the extras it names, the plain dependencies
+    included, torch and the SDK itself left out; ``project``: pyproject's ``[project]``."""
+    if project is None:
+        project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    optional: dict[str, list[str]] = project.get("optional-dependencies", {})
+    if extra not in optional:
+        raise SystemExit(f"direct_requirements.py: no extra {extra!r} in pyproject.toml; "
+                         f"its extras: {', '.join(sorted(optional))}")
+    chosen = set(project.get("dependencies", []))
     extras, pending = set(), [extra]
-    while pending:  # the extras this one names, through flow-gang-sdk[...] lines
+    while pending:
         name = pending.pop()
         if name in extras:
             continue
         extras.add(name)
-        for requirement, owner in lines:
+        for requirement in optional.get(name, []):
             match = _NAME.match(requirement)
-            if owner == name and match and match.group(1) == DIST and match.group(3):
-                pending.extend(part.strip() for part in match.group(3).split(","))
-    chosen = []
-    for requirement, owner in lines:
-        match = _NAME.match(requirement)
-        if match is None or match.group(1) in (DIST, *KEEP):
-            continue
-        if owner is None or owner in extras:
-            chosen.append(requirement)
-    return sorted(set(chosen))
+            if match and match.group(1) == DIST:
+                pending.extend(part.strip() for part in (match.group(3) or "").split(","))
+            else:
+                chosen.add(requirement)
+    return sorted(r for r in chosen if (m := _NAME.match(r)) is None or m.group(1) not in KEEP)
 
 
 if __name__ == "__main__":

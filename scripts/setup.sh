@@ -32,6 +32,12 @@ if ! PY_PATH="$(command -v "$PY")"; then
   exit 1
 fi
 
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup.sh: $PY_PATH is Python $("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])');" \
+    "the set-up needs Python 3.11 or later (set PYTHON to one)" >&2
+  exit 1
+fi
+
 # pip installs into (and upgrades) whatever environment $PY belongs to. CI machines are
 # throwaway: no warning there.
 if [ "${CI:-}" != "true" ] && \
@@ -46,8 +52,8 @@ fi
 
 EXTRA=all
 [ "$DEV" = 1 ] && EXTRA=dev
-TOTAL=4
-[ "$DEV" = 1 ] && TOTAL=6
+TOTAL=3
+[ "$DEV" = 1 ] && TOTAL=5
 STEP=0
 # One line per step: "[2/3] what it does ...".
 step() {
@@ -109,18 +115,15 @@ else
   run "$PY" -m pip install "$TORCH_PIN"
 fi
 
-# The SDK, then the newest release of each direct dependency, as a fresh install gets them,
-# even where an older one is installed already (pip keeps any release that satisfies a range
-# otherwise); torch stays at the build installed above.
-step "flow-sdk from this checkout, with the '$EXTRA' extra (pip install -e '.[$EXTRA]') ..."
-run "$PY" -m pip install -e ".[$EXTRA]"
-step "the newest release of each direct dependency of '$EXTRA', torch kept ..."
-if [ "$DRY" = 1 ]; then
-  echo "      would run: $PY -m pip install --upgrade \$($PY scripts/direct_requirements.py $EXTRA)"
-else
-  mapfile -t requirements < <("$PY" scripts/direct_requirements.py "$EXTRA")
-  "$PY" -m pip install --upgrade "${requirements[@]}"
-fi
+# The SDK and the newest release of each of its direct dependencies (pyproject's list for the
+# extra, torch left out), in one pip run: as a fresh install gets them, even where an older
+# one is installed already (pip keeps any release that satisfies a range otherwise); torch
+# stays at the build installed above.
+listed="$("$PY" scripts/direct_requirements.py "$EXTRA")"
+mapfile -t requirements <<< "$listed"
+step "flow-sdk from this checkout, with the '$EXTRA' extra and the newest release of each" \
+  "direct dependency, torch kept (pip install --upgrade -e '.[$EXTRA]' ...) ..."
+run "$PY" -m pip install --upgrade -e ".[$EXTRA]" "${requirements[@]}"
 # An editable install leaves the SDK's modules uncompiled, and an interpreter started with
 # PYTHONDONTWRITEBYTECODE (or without write access here) would compile them again in every
 # node agent, worker and `flow` command it starts: compile them once, now.

@@ -1,6 +1,7 @@
-"""`scripts/setup.sh` upgrades every direct dependency to its newest release, torch excepted:
-the list it hands pip (`scripts/direct_requirements.py`, read from the installed metadata) is
-exactly pyproject's requirements for the extra, its nested extras followed."""
+"""`scripts/setup.sh` installs every direct dependency at its newest release, torch excepted,
+in the pip run that installs the SDK: the list it hands pip (`scripts/direct_requirements.py`,
+read from pyproject.toml before anything is installed) is exactly what the installed SDK's
+metadata requires for the extra, its nested extras followed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import importlib.util
 import re
 import subprocess
 import sys
-import tomllib
+from importlib.metadata import requires
 from pathlib import Path
 from types import ModuleType
 
@@ -27,22 +28,27 @@ def _module() -> ModuleType:
     return module
 
 
-def _from_pyproject(extra: str) -> set[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    found = set(project["dependencies"])
+def _from_metadata(extra: str) -> set[str]:
+    """What the installed SDK's metadata requires for ``extra`` (and the extras it names),
+    torch and the SDK itself left out."""
+    lines = [line.partition(";") for line in requires("flow-gang-sdk") or []]
+    found = {req.strip() for req, _, marker in lines if not marker.strip()}
     pending, seen = [extra], set()
     while pending:
         name = pending.pop()
         if name in seen:
             continue
         seen.add(name)
-        for requirement in project["optional-dependencies"][name]:
-            nested = SELF.match(requirement)
+        for req, _, marker in lines:
+            owner = re.search(r"""extra\s*==\s*["']([^"']+)["']""", marker)
+            if owner is None or owner.group(1) != name:
+                continue
+            nested = SELF.match(req.strip().replace(" ", ""))
             if nested:
                 pending.extend(part.strip() for part in nested.group(1).split(","))
             else:
-                found.add(requirement)
-    return {r for r in found if not r.startswith("torch")}
+                found.add(req.strip())
+    return {r for r in found if not r.startswith(("torch", "flow-gang-sdk"))}
 
 
 def _normal(requirement: str) -> str:
@@ -54,9 +60,9 @@ def _normal(requirement: str) -> str:
 
 
 @pytest.mark.parametrize("extra", ["all", "dev"])
-def test_the_list_is_pyprojects_requirements_for_the_extra_but_torch(extra: str) -> None:
+def test_the_list_is_the_installed_requirements_for_the_extra_but_torch(extra: str) -> None:
     listed = _module().direct_requirements(extra)
-    assert {_normal(r) for r in listed} == {_normal(r) for r in _from_pyproject(extra)}
+    assert {_normal(r) for r in listed} == {_normal(r) for r in _from_metadata(extra)}
     assert not any(r.startswith(("torch", "flow-gang-sdk")) for r in listed)
 
 
@@ -64,3 +70,10 @@ def test_the_script_prints_one_requirement_per_line() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "all"], capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout.splitlines() == _module().direct_requirements("all")
+
+
+def test_an_extra_pyproject_lacks_is_refused_naming_the_ones_it_has() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "gpu"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 1 and not done.stdout
+    assert "no extra 'gpu' in pyproject.toml; its extras: all, aws, data, dev" in done.stderr

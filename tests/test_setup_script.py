@@ -44,15 +44,19 @@ def test_a_dry_run_prints_each_step_numbered_and_installs_nothing(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert WARNING not in done.stderr, done.stderr
     steps = _steps(done.stdout)
-    assert [s[:5] for s in steps] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], done.stdout
+    assert [s[:5] for s in steps] == ["[1/3]", "[2/3]", "[3/3]"], done.stdout
     # no torch in the fresh environment: the CPU pin is the first step, pip the command
-    assert steps[0].startswith("[1/4] torch CPU build (torch=="), steps
+    assert steps[0].startswith("[1/3] torch CPU build (torch=="), steps
     assert f"would run: {python} -m pip install torch==" in done.stdout
-    assert steps[1] == ("[2/4] flow-sdk from this checkout, with the 'all' extra "
-                        "(pip install -e '.[all]') ...")
-    assert f"would run: {python} -m pip install -e .[all]" in done.stdout
-    assert steps[2].startswith("[3/4] the newest release of each direct dependency of 'all'")
-    assert steps[3] == "[4/4] byte-compiling the SDK's modules (python -m compileall flow_sdk) ..."
+    # the SDK and the newest release of each direct dependency but torch, in one pip run
+    assert steps[1] == ("[2/3] flow-sdk from this checkout, with the 'all' extra and the newest "
+                        "release of each direct dependency, torch kept (pip install --upgrade "
+                        "-e '.[all]' ...) ...")
+    pip_line = next(line for line in done.stdout.splitlines()
+                    if line.startswith(f"      would run: {python} -m pip install --upgrade"))
+    assert pip_line.split()[6:9] == ["--upgrade", "-e", ".[all]"], pip_line
+    assert "boto3>=1.34" in pip_line.split() and "torch" not in pip_line, pip_line
+    assert steps[2] == "[3/3] byte-compiling the SDK's modules (python -m compileall flow_sdk) ..."
     assert f"would run: {python} -m compileall -q flow_sdk" in done.stdout
     assert done.stdout.splitlines()[-1] == "set-up: dry run, nothing installed"
     # nothing was installed into it
@@ -66,16 +70,27 @@ def test_outside_a_virtual_environment_it_warns_and_goes_on_but_not_on_ci() -> N
     assert f"setup.sh: warning: {python} {WARNING}" in done.stderr, done.stderr
     assert "python3 -m venv .venv && . .venv/bin/activate" in done.stderr
     steps = _steps(done.stdout)
-    assert [s[:5] for s in steps] == [f"[{i}/6]" for i in range(1, 7)], done.stdout
-    assert steps[0].startswith("[1/6] system packages") and "OpenSSH server, Chromium, Slurm " \
+    assert [s[:5] for s in steps] == [f"[{i}/5]" for i in range(1, 6)], done.stdout
+    assert steps[0].startswith("[1/5] system packages") and "OpenSSH server, Chromium, Slurm " \
         "and munge" in steps[0], steps
     assert "with the 'dev' extra" in steps[2]
-    assert steps[5].startswith("[6/6] byte-compiling the tests"), steps
+    assert steps[4].startswith("[5/5] byte-compiling the tests"), steps
     assert "-m pytest --collect-only" in done.stdout
 
     on_ci = _setup(python, "--dev", "--dry-run", ci=True)
     assert on_ci.returncode == 0 and WARNING not in on_ci.stderr, on_ci.stderr
     assert _steps(on_ci.stdout) == steps
+
+
+def test_a_python_older_than_3_11_is_refused_before_anything_is_installed(
+        tmp_path: Path) -> None:
+    old = tmp_path / "python3.10"  # answers the version check as a Python 3.10 would
+    old.write_text('#!/bin/sh\ncase "$2" in *sys.exit*) exit 1 ;; *) echo 3.10 ;; esac\n')
+    old.chmod(0o755)
+    done = _setup(old, "--dry-run")
+    assert done.returncode == 1 and not done.stdout, done.stdout
+    assert done.stderr.strip() == (f"setup.sh: {old} is Python 3.10; the set-up needs Python "
+                                   "3.11 or later (set PYTHON to one)")
 
 
 def test_an_unknown_option_is_refused_naming_the_ones_it_takes() -> None:

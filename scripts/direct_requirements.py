@@ -21,11 +21,10 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[([^\]]*)\])?")
 
 
-def direct_requirements(extra: str, project: dict[str, Any] | None = None) -> list[str]:
+def direct_requirements(extra: str) -> list[str]:
     """The requirements of ``extra`` and of the extras it names, the plain dependencies
-    included, torch and the SDK itself left out; ``project``: pyproject's ``[project]``."""
-    if project is None:
-        project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    included, torch and the SDK itself left out."""
+    project: dict[str, Any] = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     optional: dict[str, list[str]] = project.get("optional-dependencies", {})
     if extra not in optional:
         raise SystemExit(f"direct_requirements.py: no extra {extra!r} in pyproject.toml; "

@@ -33,8 +33,9 @@ if ! PY_PATH="$(command -v "$PY")"; then
 fi
 
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  echo "setup.sh: $PY_PATH is Python $("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])');" \
-    "the set-up needs Python 3.11 or later (set PYTHON to one)" >&2
+  found="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  echo "setup.sh: $PY_PATH is Python $found; the set-up needs Python 3.11 or later (set" \
+    "PYTHON to one)" >&2
   exit 1
 fi
 

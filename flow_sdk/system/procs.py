@@ -22,8 +22,9 @@ from pathlib import Path
 # provider whose nodes are processes here can stop everything a node started.
 WORKER_PGIDS_FILE = "worker-pgids"
 
-__all__ = ["WORKER_PGIDS_FILE", "command_line", "descendants", "ephemeral_ports", "free_port",
-           "is_alive", "kill_group", "pids_with_env", "start_ticks", "stop_pids"]
+__all__ = ["WORKER_PGIDS_FILE", "become_subreaper", "command_line", "descendants",
+           "die_with_parent", "ephemeral_ports", "free_port", "is_alive", "kill_group",
+           "pids_with_env", "start_ticks", "stop_pids"]
 
 
 _PR_SET_PDEATHSIG = 1

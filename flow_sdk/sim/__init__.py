@@ -14,6 +14,7 @@ simulated account it brings up itself:
   every instance of a launch), in the server only.
 * ``_inventory``: what the account still holds, listed by ``flow gc --provider aws-sim``.
 
+* ``_instancespec``: what one instance is (``InstanceSpec``), standard library only.
 * ``_nodes``: the node runtime handed to the aws provider (``SimulatedNodes``): each
   instance a process here (``_instance``) with an IMDSv2 emulator (``_imds``) that answers
   the instance's processes only and hands them their role's credentials (``_rolecreds``),
@@ -25,10 +26,31 @@ simulated account it brings up itself:
 The aws provider never imports this package (an import-linter contract).
 """
 
-from flow_sdk.sim._instance import instance_pids
-from flow_sdk.sim._nodes import SimulatedNodes, simulated_address
-from flow_sdk.sim._provider import AwsSimProvider, sim_home, stop_account
-from flow_sdk.sim._settings import NodeSettings, SimSettings
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flow_sdk import _lazy
+
+if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``): the
+    # instance's root helper and the account's server start without the aws provider
+    from flow_sdk.sim._instance import instance_pids
+    from flow_sdk.sim._nodes import SimulatedNodes, simulated_address
+    from flow_sdk.sim._provider import AwsSimProvider, sim_home, stop_account
+    from flow_sdk.sim._settings import NodeSettings, SimSettings
+
+_WHERE: dict[str, str] = {
+    "instance_pids": "flow_sdk.sim._instance",
+    "SimulatedNodes": "flow_sdk.sim._nodes",
+    "simulated_address": "flow_sdk.sim._nodes",
+    "AwsSimProvider": "flow_sdk.sim._provider",
+    "sim_home": "flow_sdk.sim._provider",
+    "stop_account": "flow_sdk.sim._provider",
+    "NodeSettings": "flow_sdk.sim._settings",
+    "SimSettings": "flow_sdk.sim._settings",
+}
+
+__getattr__, __dir__ = _lazy.exports(__name__, globals(), _WHERE)
 
 __all__ = ["AwsSimProvider", "NodeSettings", "SimSettings", "SimulatedNodes",
            "instance_pids", "sim_home", "simulated_address", "stop_account"]

@@ -32,7 +32,6 @@ import stat
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -40,50 +39,15 @@ from flow_sdk.aws_clients import make_client
 from flow_sdk.system import procs
 from flow_sdk.errors import ProviderError
 from flow_sdk.sim._imds import ImdsEmulator
+from flow_sdk.sim._instancespec import InstanceSpec
 from flow_sdk.sim._rolecreds import RoleCredentials
 from flow_sdk.wire import envvars
 
-CONTROL_DIR = "/run/flow-sim"  # in the instance's namespace: where ``shutdown`` writes
 POWEROFF_FILE = "poweroff"  # its text: the epoch second to power off at
 SHIMS = Path(__file__).resolve().parent / "shims"  # copied under the root at launch
 _POLL_S = 0.2
 _ATTACH_POLL_S = 1.0
 DEVICES_FILE = "devices.json"  # volume id -> loop device, for the stop of the instance
-
-
-@dataclass(frozen=True)
-class InstanceSpec:
-    """What one simulated instance is and where its files live."""
-
-    instance_id: str
-    task_id: str
-    address: str  # its private address as the other nodes reach it (loopback)
-    region: str
-    endpoint_url: str  # the simulated cloud's AWS endpoint (a moto server)
-    node_dir: str  # the instance's own files: user-data, state, console, control
-    efs_root: str  # <root>/efs: one shared directory per EFS file system
-    ebs_root: str  # <root>/ebs: one sparse image file per EBS volume
-    envs_root: str  # <root>/envs: the SDK environments by wheel digest (/opt/flow/envs)
-    block_devices: bool  # the user-data waits for EBS volumes: watch EC2 for attachments
-    shims: str  # the directory of the shims, first on the node's PATH
-    mount_paths: tuple[str, ...]  # the task's volume and mount paths
-    minute_s: float  # how long one minute of ``shutdown -h +N`` lasts
-    boot_delay_s: float
-    wheelhouse: str | None  # where pip finds wheels (no index is ever reached)
-    python: str  # the image's python3
-
-    @property
-    def tag(self) -> str:
-        return f"{self.task_id}/{self.instance_id}"
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), sort_keys=True))
-
-    @classmethod
-    def load(cls, path: Path) -> InstanceSpec:
-        data = json.loads(path.read_text())
-        data["mount_paths"] = tuple(data["mount_paths"])
-        return cls(**data)
 
 
 def instance_pids(tag: str) -> list[int]:
@@ -257,4 +221,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    procs.exit_now(main(sys.argv))

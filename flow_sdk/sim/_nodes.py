@@ -41,12 +41,8 @@ from flow_sdk.errors import ProviderError
 from flow_sdk.system import procs
 from flow_sdk.providers.aws import NodeBoot
 from flow_sdk.sim._access import read_keys
-from flow_sdk.sim._instance import (
-    SHIMS,
-    InstanceSpec,
-    detach_devices,
-    instance_pids,
-)
+from flow_sdk.sim._instance import SHIMS, detach_devices, instance_pids
+from flow_sdk.sim._instancespec import InstanceSpec
 from flow_sdk.sim._settings import NODE_KEY, NodeSettings
 from flow_sdk.wire import envvars
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from flow_sdk.system.mountns import Bind, bind_file, enter_private_root
-from flow_sdk.sim._instance import CONTROL_DIR, InstanceSpec
+from flow_sdk.sim._instancespec import CONTROL_DIR, InstanceSpec
 
 
 def private_binds(spec: InstanceSpec) -> list[Bind]:

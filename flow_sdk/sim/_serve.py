@@ -109,4 +109,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    procs.exit_now(main(sys.argv[1:]))

@@ -8,6 +8,7 @@ site-packages or the package.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import random
@@ -17,13 +18,14 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 # The node agent lists its workers' process groups in this file of its working directory, so a
 # provider whose nodes are processes here can stop everything a node started.
 WORKER_PGIDS_FILE = "worker-pgids"
 
 __all__ = ["WORKER_PGIDS_FILE", "become_subreaper", "command_line", "descendants",
-           "die_with_parent", "ephemeral_ports", "free_port", "is_alive", "kill_group",
+           "die_with_parent", "ephemeral_ports", "exit_now", "free_port", "is_alive", "kill_group",
            "pids_with_env", "start_ticks", "stop_pids"]
 
 
@@ -45,6 +47,20 @@ def become_subreaper() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process with ``code``: run its atexit handlers, flush stdout and stderr, and
+    leave without the interpreter's teardown. The teardown frees every module one by one, work
+    thrown away at exit (about 0.7 s of CPU once torch is imported), and C++ libraries such as
+    gloo can abort in their static destructors after the work is done ("terminate called
+    without an active exception"). Threads still running end with the process, daemon or
+    not, so call it once this process's own work is done and written: a file object that still
+    holds unwritten data loses it."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _state(stat: str) -> str:

@@ -1,5 +1,4 @@
-import sys
-
 from flow_sdk.node.agent.main import main
+from flow_sdk.system.procs import exit_now
 
-sys.exit(main())
+exit_now(main())

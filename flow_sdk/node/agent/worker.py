@@ -6,7 +6,6 @@ environment already set. Exit code 0 means a result file was written; 1 means an
 
 from __future__ import annotations
 
-import atexit
 import errno
 import faulthandler
 import json
@@ -163,14 +162,9 @@ def main() -> int:
 
 
 def run_and_exit() -> None:
-    """Run, then leave without C++ static teardown: libraries such as gloo can abort the
-    process there ("terminate called without an active exception") after the result was
-    written. Python's atexit handlers still run."""
-    code = main()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """Run, then leave without the interpreter's teardown (``procs.exit_now``): the result or
+    the error is written by then. Python's atexit handlers still run."""
+    procs.exit_now(main())
 
 
 if __name__ == "__main__":

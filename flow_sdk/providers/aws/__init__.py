@@ -38,8 +38,27 @@
 Usage: ``FlowApp("x", provider="aws", provider_config={"region": "us-east-1"})``.
 """
 
-from flow_sdk.providers.aws._config import AwsConfig
-from flow_sdk.providers.aws._provider import AwsProvider
-from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeBoot, NodeRuntime
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flow_sdk import _lazy
+
+if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``): a process
+    # that needs one module of this package (a node's boot-log shipper, say) does not import
+    # the whole provider
+    from flow_sdk.providers.aws._config import AwsConfig
+    from flow_sdk.providers.aws._provider import AwsProvider
+    from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeBoot, NodeRuntime
+
+_WHERE: dict[str, str] = {
+    "AwsConfig": "flow_sdk.providers.aws._config",
+    "AwsProvider": "flow_sdk.providers.aws._provider",
+    "Ec2Runtime": "flow_sdk.providers.aws._runtime",
+    "NodeBoot": "flow_sdk.providers.aws._runtime",
+    "NodeRuntime": "flow_sdk.providers.aws._runtime",
+}
+
+__getattr__, __dir__ = _lazy.exports(__name__, globals(), _WHERE)
 
 __all__ = ["AwsConfig", "AwsProvider", "Ec2Runtime", "NodeBoot", "NodeRuntime"]

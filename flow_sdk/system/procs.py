@@ -51,12 +51,12 @@ def become_subreaper() -> bool:
 
 def exit_now(code: int) -> NoReturn:
     """End this process with ``code``: run its atexit handlers, flush stdout and stderr, and
-    leave without the interpreter's teardown. The teardown frees every module one by one, work
-    thrown away at exit (about 0.7 s of CPU once torch is imported), and C++ libraries such as
-    gloo can abort in their static destructors after the work is done ("terminate called
-    without an active exception"). Threads still running end with the process, daemon or
-    not, so call it once this process's own work is done and written: a file object that still
-    holds unwritten data loses it."""
+    leave without the interpreter's teardown. The teardown frees every module one by one,
+    work thrown away at exit (about half a second of CPU once torch is imported), and C++
+    libraries such as gloo can abort in their static destructors after the work is done
+    ("terminate called without an active exception"). Threads still running end with the
+    process, daemon or not, so call it once this process's own work is done and written: a
+    file object that still holds unwritten data loses it."""
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

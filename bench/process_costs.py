@@ -6,7 +6,7 @@ Two tables, from one run:
 
 * **start**: the imports each kind of process does before its own work (the simulated
   instance's root helper before it runs the user-data, the simulated account's server before
-  moto, a node's boot-log shipper, a node agent, the CLI), in this checkout and in a
+  moto, the simulated instance, a node agent, the CLI), in this checkout and in a
   ``git worktree`` of ``REV`` (default ``HEAD``), the two interleaved round by round;
 * **exit**: a process that imported torch (as a pool daemon's warm template does) or a node
   agent's modules, ended by ``sys.exit`` (the interpreter's teardown) and by
@@ -33,7 +33,6 @@ START = {
     "simulated instance's root helper": "import flow_sdk.sim._root",
     "simulated account's server": "import flow_sdk.sim._serve",
     "simulated instance": "import flow_sdk.sim._instance",
-    "node's boot-log shipper": "import flow_sdk.providers.aws._bootlog",
     "node agent": "import flow_sdk.node.agent.main",
     "flow CLI": "import flow_sdk.cli",
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from flow_sdk.providers.local._sshd import find_sshd, generate_keys
 from flow_sdk.system import procs
 
 NAME = "flow-login"
+JUMPED = "flow-login-jumped"  # the same login node, reached through a jump host
 UP_TIMEOUT_S = 30.0
 
 
@@ -26,11 +27,28 @@ class LoginNode:
     name: str  # the Host of ``ssh_config``
     ssh_config: Path
     pid: int  # its sshd
+    jump_log: Path | None = None  # the jump host's sshd log, with ``jump``
+
+
+@dataclass(frozen=True)
+class _Server:
+    port: int
+    user_key: Path
+    known_hosts: Path
+    process: subprocess.Popen[bytes]
+
+
+def _host_block(name: str, server: _Server, *extra: str) -> list[str]:
+    return [f"Host {name}", "  HostName 127.0.0.1", f"  Port {server.port}", "  User root",
+            f"  IdentityFile {server.user_key}", "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {server.known_hosts}", "  StrictHostKeyChecking yes",
+            *extra]
 
 
 @contextmanager
-def running(root: Path, slurm_conf: Path) -> Iterator[LoginNode]:
-    """The login node's sshd, its keys and configs under ``root``, until the block ends."""
+def _sshd(root: Path, *settings: str) -> Iterator[_Server]:
+    """An OpenSSH server on loopback with keys of its own under ``root`` (its log:
+    ``root/sshd.log``), until the block ends."""
     root.mkdir(parents=True, exist_ok=True)
     sshd = find_sshd()
     if sshd is None:
@@ -43,25 +61,40 @@ def running(root: Path, slurm_conf: Path) -> Iterator[LoginNode]:
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
         f"PidFile {root / 'sshd.pid'}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
         "PermitRootLogin prohibit-password", "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-        f"SetEnv SLURM_CONF={slurm_conf}", ""]))
+        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", *settings, ""]))
     (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_public}\n")
-    config = root / "ssh_config"
-    config.write_text("\n".join([
-        f"Host {NAME}", "  HostName 127.0.0.1", f"  Port {port}", "  User root",
-        f"  IdentityFile {user_key}", "  IdentitiesOnly yes",
-        f"  UserKnownHostsFile {root / 'known_hosts'}", "  StrictHostKeyChecking yes", ""]))
     with open(root / "sshd.log", "wb") as log:
-        server = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")],
-                                  stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")],
+                                   stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + UP_TIMEOUT_S
-        while subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", NAME, "true"],
-                             capture_output=True, timeout=30, check=False).returncode != 0:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError(f"the login node's sshd did not answer; see {root}/sshd.log")
-            time.sleep(0.1)
-        yield LoginNode(NAME, config, server.pid)
+        yield _Server(port, user_key, root / "known_hosts", process)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _answering(config: Path, name: str, server: _Server, log: Path) -> None:
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", name, "true"],
+                         capture_output=True, timeout=30, check=False).returncode != 0:
+        if time.monotonic() > deadline or server.process.poll() is not None:
+            raise RuntimeError(f"{name}'s sshd did not answer; see {log}")
+        time.sleep(0.1)
+
+
+@contextmanager
+def running(root: Path, slurm_conf: Path, *, jump: bool = False) -> Iterator[LoginNode]:
+    """The login node's sshd, its keys and configs under ``root``, until the block ends. With
+    ``jump``, the client config also names it ``flow-login-jumped``: reached through a jump
+    host (``ProxyJump``, another sshd under ``root/jump``, which logs each forward)."""
+    with _sshd(root, f"SetEnv SLURM_CONF={slurm_conf}") as login, ExitStack() as jumps:
+        lines = _host_block(NAME, login)
+        if jump:
+            via = jumps.enter_context(_sshd(root / "jump", "LogLevel VERBOSE"))
+            lines += _host_block("flow-jump", via) + _host_block(
+                JUMPED, login, "  ProxyJump flow-jump")
+        config = root / "ssh_config"
+        config.write_text("\n".join([*lines, ""]))
+        _answering(config, NAME, login, root / "sshd.log")
+        yield LoginNode(NAME, config, login.process.pid, root / "jump" / "sshd.log" if jump
+                        else None)

@@ -104,14 +104,14 @@ def plugin_source(name: str) -> tuple[str, tuple[str, ...]] | None:
 def provider_class(name: str) -> type[Provider]:
     entry = _entry(name)
     module_name, _, attr = entry.target.partition(":")
-    try:
+    try:  # the attribute too: a package that exports its names lazily imports on access
         module = importlib.import_module(module_name)
+        cls = getattr(module, attr, None) if attr else None
     except Exception as exc:  # a plug-in's module may fail in any way: reported, typed
         needs = _PACKAGES.get(name) if isinstance(exc, ImportError) else None
         hint = f"; {install_hint(f'the {name} provider', *needs)}" if needs else ""
         raise ProviderError(f"provider {name!r} ({entry.target}, from {entry.distribution}) "
                             f"cannot be loaded: {exc}{hint}") from exc
-    cls = getattr(module, attr, None) if attr else None
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
         raise ProviderError(f"provider {name!r}: {entry.target} (from {entry.distribution}) "
                             "is not a flow_sdk Provider class; fix the entry point in its "

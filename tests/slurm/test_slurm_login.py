@@ -52,7 +52,7 @@ sys.addaudithook(_audit)
 @pytest.fixture(scope="module")
 def login_node(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[LoginNode]:
-    with slurm_login.running(tmp_path_factory.mktemp("login"), slurm.conf) as node:
+    with slurm_login.running(tmp_path_factory.mktemp("login"), slurm.conf, jump=True) as node:
         yield node
 
 
@@ -75,9 +75,10 @@ def laptop(login_node: LoginNode, slurm_clean: SlurmCluster, tmp_path: Path,
         _close(login_node)
 
 
-def _close(login_node: LoginNode) -> None:
-    """End this process's connection to the login node (it lasts as long as the process)."""
-    sshhost.connect(login_node.name, sys.executable, str(login_node.ssh_config)).close()
+def _close(login_node: LoginNode, name: str | None = None) -> None:
+    """End this process's connection to the login node (it lasts as long as the process),
+    by the name it was reached by (``name``, else its own)."""
+    sshhost.connect(name or login_node.name, sys.executable, str(login_node.ssh_config)).close()
 
 
 def _ranks() -> dict[str, str]:
@@ -165,6 +166,21 @@ def test_volumes_are_made_listed_and_deleted_through_the_login_node(laptop: Flow
     assert delete_volume("ckpt", provider="slurm", provider_config=config)
     assert list_volumes(provider="slurm", provider_config=config) == []
     assert _SEEN == []
+
+
+def test_a_login_node_behind_a_jump_host_is_reached_through_it(
+        login_node: LoginNode, slurm_clean: SlurmCluster, tmp_path: Path) -> None:
+    """The user's SSH config says ``ProxyJump``: the partition check, the submit and the
+    result all go through the jump host, whose sshd logs the connection."""
+    assert login_node.jump_log is not None
+    app = FlowApp("slurm-login", provider="slurm", provider_config={
+        "login": slurm_login.JUMPED, "ssh_config": str(login_node.ssh_config),
+        "python": sys.executable, "shared_dir": str(tmp_path / "shared")})
+    try:
+        assert app.function(max_run_time_hours=0.1)(_ranks).remote()["rank"] == "0"
+    finally:
+        _close(login_node, slurm_login.JUMPED)
+    assert "Accepted publickey for root" in login_node.jump_log.read_text()
 
 
 def test_an_unreachable_login_node_is_named_before_anything_is_submitted(

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING
 from flow_sdk import _lazy
 
 if TYPE_CHECKING:  # at run time each name is imported on first use (``_lazy``): a process
-    # that needs one module of this package (a node's boot-log shipper, say) does not import
-    # the whole provider
+    # that needs one module of this package (its boto3 clients, say) does not import the
+    # whole provider
     from flow_sdk.providers.aws._config import AwsConfig
     from flow_sdk.providers.aws._provider import AwsProvider
     from flow_sdk.providers.aws._runtime import Ec2Runtime, NodeBoot, NodeRuntime

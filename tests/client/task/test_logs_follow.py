@@ -71,15 +71,22 @@ def test_follow_merges_two_nodes_in_order_labelled_within_one_second(tmp_path: P
             received.append((now, line))
     assert task.wait() is TaskStatus.SUCCEEDED
     assert len(received) == 2 * TICKS, received
-    order = []
+    printed_at, lines = [], set()
     for arrived, line in received:
         match = LINE_RE.match(line)
         assert match, line
         label_node, tick, node, printed = match.groups()
         assert label_node == node  # each line carries its own node's label
         assert arrived - float(printed) < 1.0, f"{line!r} arrived {arrived - float(printed):.3f}s late"
-        order.append((int(tick), int(node)))
-    assert order == [(i, n) for i in range(TICKS) for n in (0, 1)]  # printed order, interleaved
+        printed_at.append(float(printed))
+        lines.add((int(tick), int(node)))
+    assert lines == {(i, n) for i in range(TICKS) for n in (0, 1)}
+    # In the order printed: no line comes after one printed more than 20 ms later. (The
+    # schedule puts 50 ms between the nodes' lines; on a busy machine a node may print late,
+    # and then its line belongs after the other's.)
+    early = [line for k, (_, line) in enumerate(received)
+             if max(printed_at[:k + 1]) > printed_at[k] + 0.02]
+    assert early == [], received
 
 
 def test_follow_delivers_100000_lines_with_none_lost() -> None:

@@ -86,7 +86,7 @@ def _answering(config: Path, name: str, server: _Server, log: Path) -> None:
 def running(root: Path, slurm_conf: Path, *, jump: bool = False) -> Iterator[LoginNode]:
     """The login node's sshd, its keys and configs under ``root``, until the block ends. With
     ``jump``, the client config also names it ``flow-login-jumped``: reached through a jump
-    host (``ProxyJump``, another sshd under ``root/jump``, which logs each forward)."""
+    host (``ProxyJump``, another sshd under ``root/jump``, which logs each connection)."""
     with _sshd(root, f"SetEnv SLURM_CONF={slurm_conf}") as login, ExitStack() as jumps:
         lines = _host_block(NAME, login)
         if jump:
@@ -96,5 +96,7 @@ def running(root: Path, slurm_conf: Path, *, jump: bool = False) -> Iterator[Log
         config = root / "ssh_config"
         config.write_text("\n".join([*lines, ""]))
         _answering(config, NAME, login, root / "sshd.log")
+        if jump:
+            _answering(config, JUMPED, via, root / "jump" / "sshd.log")
         yield LoginNode(NAME, config, login.process.pid, root / "jump" / "sshd.log" if jump
                         else None)

@@ -35,6 +35,7 @@ class _Server:
     port: int
     user_key: Path
     known_hosts: Path
+    log: Path
     process: subprocess.Popen[bytes]
 
 
@@ -67,18 +68,18 @@ def _sshd(root: Path, *settings: str) -> Iterator[_Server]:
         process = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")],
                                    stdout=log, stderr=subprocess.STDOUT)
     try:
-        yield _Server(port, user_key, root / "known_hosts", process)
+        yield _Server(port, user_key, root / "known_hosts", root / "sshd.log", process)
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-def _answering(config: Path, name: str, server: _Server, log: Path) -> None:
+def _answering(config: Path, name: str, server: _Server) -> None:
     deadline = time.monotonic() + UP_TIMEOUT_S
     while subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", name, "true"],
                          capture_output=True, timeout=30, check=False).returncode != 0:
         if time.monotonic() > deadline or server.process.poll() is not None:
-            raise RuntimeError(f"{name}'s sshd did not answer; see {log}")
+            raise RuntimeError(f"{name}'s sshd did not answer; see {server.log}")
         time.sleep(0.1)
 
 
@@ -88,15 +89,14 @@ def running(root: Path, slurm_conf: Path, *, jump: bool = False) -> Iterator[Log
     ``jump``, the client config also names it ``flow-login-jumped``: reached through a jump
     host (``ProxyJump``, another sshd under ``root/jump``, which logs each connection)."""
     with _sshd(root, f"SetEnv SLURM_CONF={slurm_conf}") as login, ExitStack() as jumps:
+        via = jumps.enter_context(_sshd(root / "jump")) if jump else None
         lines = _host_block(NAME, login)
-        if jump:
-            via = jumps.enter_context(_sshd(root / "jump", "LogLevel VERBOSE"))
+        if via is not None:
             lines += _host_block("flow-jump", via) + _host_block(
                 JUMPED, login, "  ProxyJump flow-jump")
         config = root / "ssh_config"
         config.write_text("\n".join([*lines, ""]))
-        _answering(config, NAME, login, root / "sshd.log")
-        if jump:
-            _answering(config, JUMPED, via, root / "jump" / "sshd.log")
-        yield LoginNode(NAME, config, login.process.pid, root / "jump" / "sshd.log" if jump
-                        else None)
+        _answering(config, NAME, login)
+        if via is not None:
+            _answering(config, JUMPED, via)
+        yield LoginNode(NAME, config, login.process.pid, via.log if via is not None else None)

@@ -309,12 +309,18 @@ def test_import_flow_sdk_loads_its_public_names_only_when_asked() -> None:
     worker = _loaded_after("import flow_sdk.node.agent.worker")
     assert not [m for m in worker if m.startswith(("flow_sdk.client", "pydantic", "rich",
                                                    "boto3"))], worker
+    for helper in ("flow_sdk.sim._root", "flow_sdk.sim._serve"):  # the simulated instance's
+        # root helper and the account's server, before moto: no provider, no pydantic
+        loaded = _loaded_after(f"import {helper}")
+        assert not [m for m in loaded if m.startswith(("flow_sdk.providers", "flow_sdk.spec",
+                                                       "pydantic", "boto3"))], loaded
     asked = _loaded_after("from flow_sdk import FlowApp, current, save_checkpoint")
     assert {"flow_sdk.client.app", "flow_sdk.node.current", "flow_sdk.volumes.checkpoint"} \
         <= set(asked)
 
 
-@pytest.mark.parametrize("package", ["flow_sdk", "flow_sdk.volumes"])
+@pytest.mark.parametrize("package", ["flow_sdk", "flow_sdk.volumes", "flow_sdk.sim",
+                                     "flow_sdk.providers.aws"])
 def test_a_lazy_packages_type_imports_run_time_map_and_all_name_the_same_things(
         package: str) -> None:
     """The names a type checker sees (the ``TYPE_CHECKING`` imports), the ones ``__getattr__``

@@ -17,7 +17,6 @@ import dataclasses
 import importlib.util
 import os
 import signal
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -191,6 +190,3 @@ def main() -> int:
     return serve(Agent(boot, instance_id, address,
                        Path(os.environ.get(envvars.NODE_WORKDIR, os.getcwd()))))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

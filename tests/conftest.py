@@ -1,5 +1,6 @@
 """Shared fixtures: every test gets its own FLOW_HOME, and no process it started outlives it.
-And the suite's order: the long tests shared out among the runners (``durations.json``)."""
+And the suite's order: the long tests shared out among the runners (``durations.json``); and
+its tiers: the live tests ``extended.txt`` lists run only with ``--extended``."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
 
-from flow_testing import dealt_longest_first, merged_durations, processes_with_env
+from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
+from flow_testing import processes_with_env, unknown_node_ids
 from flow_testing import wait_until  # noqa: F401  (re-exported)
 from slurm_cluster import SlurmCluster, runner_subnet
 
@@ -32,6 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
 os.environ.setdefault("MOTO_AMIS_PATH", str(Path(__file__).with_name("data") / "moto_amis.json"))
 
 DURATIONS = Path(__file__).with_name("durations.json")
+EXTENDED = Path(__file__).with_name("extended.txt")
 # A distribution of its own, with its own tests: providers/test_plugin_distribution.py installs
 # it into a virtualenv of its own and runs them there.
 collect_ignore = ["plugin_provider"]
@@ -39,13 +43,21 @@ SLOW_UNTIMED_S = 5.0  # a test marked ``slow`` that the durations file does not 
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--extended", action="store_true",
+                     help=f"run the extended tier too: the live tests {EXTENDED.name} lists, "
+                          f"which the README's test command leaves out")
     parser.addoption("--store-durations", action="store_true",
                      help=f"write each test's seconds (setup, call and teardown) of this run "
                           f"to {DURATIONS.name}, for the order of the next runs")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long tests shared out evenly among the runners, each runner's longest first.
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` and ``-k`` choose among the marked tests
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tiers, then the order.
+
+    The tests ``extended.txt`` lists are marked ``extended``; without ``--extended`` they are
+    deselected (pytest's summary counts them). A line that names no test of a collected file
+    stops the run: a renamed test must not leave the list unnoticed.
 
     ``--dist worksteal`` hands each runner one contiguous slice of this order at the start,
     and a runner that runs dry steals from the back of the longest queue. So the tests, by
@@ -53,6 +65,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     list yet count as a few seconds), are dealt out longest first like cards, one pile per
     runner, and the piles put end to end: every slice starts with its share of the long
     tests and ends with short ones. A stale file costs only time."""
+    _choose_tier(config, items)
     listed: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     seconds = {item.nodeid: listed.get(item.nodeid, SLOW_UNTIMED_S if
                                        item.get_closest_marker("slow") else 0.0)
@@ -60,6 +73,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     runners = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     by_id = {item.nodeid: item for item in items}
     items[:] = [by_id[nodeid] for nodeid in dealt_longest_first(list(by_id), seconds, runners)]
+
+
+def _choose_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
+    extended = listed_node_ids(EXTENDED.read_text())
+    unknown = unknown_node_ids(extended, [item.nodeid for item in items])
+    if unknown:
+        raise pytest.UsageError(f"{EXTENDED.name} names tests that do not exist: "
+                                f"{', '.join(unknown)}; correct or remove those lines")
+    chosen = set(extended)
+    for item in items:
+        if item.nodeid in chosen:
+            item.add_marker(pytest.mark.extended)
+    if not config.getoption("extended"):
+        left_out = [item for item in items if item.nodeid in chosen]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if item.nodeid not in chosen]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if not config.getoption("extended") and terminalreporter.stats.get("deselected"):
+        terminalreporter.write_line(f"the extended tier ({EXTENDED.name}) was left out; "
+                                    f"python3 -m pytest -q --extended runs it too")
 
 
 _timed: dict[str, float] = {}

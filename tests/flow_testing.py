@@ -34,6 +34,21 @@ def merged_durations(listed: dict[str, float], timed: dict[str, float]) -> dict[
     return {name: s for name, s in sorted(seconds.items()) if s >= 1.0}
 
 
+def listed_node_ids(text: str) -> list[str]:
+    """The test ids a list file names: one per line; blank lines and "#" comments left out."""
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def unknown_node_ids(listed: Sequence[str], collected: Sequence[str]) -> list[str]:
+    """The ids of ``listed`` that name no test of ``collected``, among the listed ids whose
+    file was collected (a run of some files checks the lines of those files only)."""
+    files = {nodeid.split("::", 1)[0] for nodeid in collected}
+    known = set(collected)
+    return [nodeid for nodeid in listed
+            if nodeid.split("::", 1)[0] in files and nodeid not in known]
+
+
 def processes_with_env(key: str, value: str) -> list[int]:
     """PIDs of live processes (other than this one) whose environment has ``key=value``."""
     return pids_with_env(key, [value])

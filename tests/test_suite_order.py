@@ -1,9 +1,17 @@
-"""The suite's own order and durations file (``tests/conftest.py``): the long tests dealt out
-among the runners, and ``--store-durations`` merging a run's seconds into the file."""
+"""The suite's own order, durations file and tiers (``tests/conftest.py``): the long tests dealt
+out among the runners, ``--store-durations`` merging a run's seconds into the file, and the
+extended tier that ``extended.txt`` lists."""
 
 from __future__ import annotations
 
-from flow_testing import dealt_longest_first, merged_durations
+import subprocess
+import sys
+from pathlib import Path
+
+from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
+from flow_testing import unknown_node_ids
+
+HERE = Path(__file__).resolve().parent
 
 
 def test_each_runners_slice_starts_with_its_share_of_the_long_tests() -> None:
@@ -23,3 +31,24 @@ def test_a_run_s_seconds_replace_the_listed_ones_and_short_tests_leave_the_file(
     listed = {"t::slow": 30.0, "t::kept": 4.0, "t::became_quick": 12.0}
     timed = {"t::slow": 41.26, "t::became_quick": 0.3, "t::new": 2.04, "t::quick": 0.01}
     assert merged_durations(listed, timed) == {"t::kept": 4.0, "t::new": 2.0, "t::slow": 41.3}
+
+
+def test_the_tier_list_reads_one_id_per_line_and_names_unknown_ids_of_collected_files() -> None:
+    text = "# the reason\n\na.py::test_one  # a note\n  b.py::test_two[x]\n"
+    assert listed_node_ids(text) == ["a.py::test_one", "b.py::test_two[x]"]
+    collected = ["a.py::test_one", "a.py::test_three", "c.py::test_four"]
+    assert unknown_node_ids(["a.py::test_one", "a.py::test_gone", "b.py::test_two[x]"],
+                            collected) == ["a.py::test_gone"]  # b.py was not collected
+
+
+def test_the_extended_tier_is_live_tests_only() -> None:
+    """What the test command leaves out is a live test (marked ``slow``), never a fast one,
+    and ``--extended`` brings each back."""
+    listed = listed_node_ids((HERE / "extended.txt").read_text())
+    assert listed and len(listed) == len(set(listed))
+    files = sorted({nodeid.split("::", 1)[0] for nodeid in listed})
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               "-o", "addopts=", "--extended", "-m", "slow and extended", *files]
+    out = subprocess.run(collect, cwd=HERE.parent, capture_output=True, text=True, timeout=120)
+    chosen = [line for line in out.stdout.splitlines() if "::" in line]
+    assert sorted(chosen) == sorted(listed), out.stdout[-2000:] + out.stderr[-2000:]

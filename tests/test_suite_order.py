@@ -41,14 +41,23 @@ def test_the_tier_list_reads_one_id_per_line_and_names_unknown_ids_of_collected_
                             collected) == ["a.py::test_gone"]  # b.py was not collected
 
 
-def test_the_extended_tier_is_live_tests_only() -> None:
-    """What the test command leaves out is a live test (marked ``slow``), never a fast one,
-    and ``--extended`` brings each back."""
+def _collected(*args: str) -> tuple[list[str], str]:
+    """The test ids a collection of the suite with ``args`` lists, and its whole output."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                          "no:cacheprovider", "-o", "addopts=", *args], cwd=HERE.parent,
+                         capture_output=True, text=True, timeout=120)
+    return [line for line in out.stdout.splitlines() if "::" in line], out.stdout + out.stderr
+
+
+def test_the_extended_tier_is_live_tests_only_left_out_by_default_and_back_when_asked() -> None:
+    """What the test command leaves out is a live test (marked ``slow``), never a fast one;
+    without ``--extended`` none of it is collected and the summary says how to run it, and
+    ``--extended`` brings each back."""
     listed = listed_node_ids((HERE / "extended.txt").read_text())
     assert listed and len(listed) == len(set(listed))
     files = sorted({nodeid.split("::", 1)[0] for nodeid in listed})
-    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-               "-o", "addopts=", "--extended", "-m", "slow and extended", *files]
-    out = subprocess.run(collect, cwd=HERE.parent, capture_output=True, text=True, timeout=120)
-    chosen = [line for line in out.stdout.splitlines() if "::" in line]
-    assert sorted(chosen) == sorted(listed), out.stdout[-2000:] + out.stderr[-2000:]
+    chosen, output = _collected("--extended", "-m", "slow and extended", *files)
+    assert sorted(chosen) == sorted(listed), output[-4000:]
+    default, output = _collected(*files)
+    assert default and not set(default) & set(listed), output[-4000:]
+    assert "python3 -m pytest -q --extended runs it too" in output

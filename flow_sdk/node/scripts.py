@@ -21,15 +21,10 @@ CODE_DIR = "code"  # the bundle's folder in a node's working directory
 _UNPACKED = ".flow-unpacked"
 
 
-def _code_dir(bundle: ScriptBundle) -> Path:
-    """Inside a task: ``code/`` in the node's working directory (the workers' start directory),
-    unpacked once per node and shared by its workers and by every generation of the task, so
-    relative paths a script writes (``snapshot.pt``) are there after a restart. Outside a
-    task: a fresh temporary directory."""
-    if envvars.TASK_ID not in os.environ:
-        root = Path(tempfile.mkdtemp(prefix="flow-code-"))
-        _unpack(bundle, root)
-        return root
+def _task_code_dir(bundle: ScriptBundle) -> Path:
+    """``code/`` in the node's working directory (the workers' start directory), unpacked once
+    per node and shared by its workers and by every generation of the task, so relative paths
+    a script writes (``snapshot.pt``) are there after a restart."""
     root = Path(os.getcwd()) / CODE_DIR
     with open(Path(os.getcwd()) / f"{CODE_DIR}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the node's workers start together: one unpacks
@@ -45,10 +40,18 @@ def _unpack(bundle: ScriptBundle, root: Path) -> None:
 
 
 def run_bundle(bundle: ScriptBundle) -> Any:
-    """Run the entry point as ``__main__`` from the bundle's directory (see ``_code_dir``)
-    and return the script's ``__return__`` (``None`` when it sets none). ``sys.exit(0)``
-    counts as success; another code raises ScriptExitError."""
-    root = _code_dir(bundle)
+    """Run the entry point as ``__main__`` from the bundle's directory and return the script's
+    ``__return__`` (``None`` when it sets none). ``sys.exit(0)`` counts as success; another
+    code raises ScriptExitError. Inside a task the directory is the node's (``_task_code_dir``);
+    outside one, a temporary directory removed when the script ends."""
+    if envvars.TASK_ID in os.environ:
+        return _run(bundle, _task_code_dir(bundle))
+    with tempfile.TemporaryDirectory(prefix="flow-code-") as scratch:
+        _unpack(bundle, Path(scratch))
+        return _run(bundle, Path(scratch))
+
+
+def _run(bundle: ScriptBundle, root: Path) -> Any:
     script = root / bundle.entrypoint
     saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
     sys.argv = [str(script), *bundle.args]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -35,7 +36,11 @@ def _project(root: Path) -> Path:
 
 
 def test_directory_bundle_ships_code_not_caches_and_runs_like_main(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = tmp_path / "tmp"  # outside a task the bundle is unpacked in a temporary folder
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     bundle = bundle_directory(_project(tmp_path / "proj"), "src/main.py", ["--lr", "0.1"])
     names = zipfile.ZipFile(BytesIO(bundle.archive)).namelist()
     assert sorted(names) == ["data/input.txt", "src/helper.py", "src/main.py"]
@@ -49,6 +54,7 @@ def test_directory_bundle_ships_code_not_caches_and_runs_like_main(
     with pytest.raises(ScriptExitError) as info:
         run_bundle(bundle_directory(tmp_path / "proj", "src/main.py", ["--exit", "3"]))
     assert info.value.code == 3
+    assert list(scratch.iterdir()) == []  # each run's folder removed, the failed one's too
 
 
 @pytest.mark.parametrize(("call", "field"), [

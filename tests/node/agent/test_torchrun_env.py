@@ -50,6 +50,7 @@ def _torchrun_envs(tmp_path: Path) -> dict[int, dict[str, str]]:
     out = tmp_path / "torchrun-env"
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env["TMPDIR"] = str(tmp_path)  # torchrun leaves its torchelastic_* log folders there
     env["FLOW_TEST_BASE_KEYS"] = json.dumps([*env, "FLOW_TEST_BASE_KEYS"])
     port = free_port()
     procs = [subprocess.Popen(

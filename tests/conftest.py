@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
-from flow_testing import processes_with_env, unknown_node_ids
+from flow_testing import TIER_CHOICE, TierChoice, processes_with_env, unknown_node_ids
 from flow_testing import wait_until  # noqa: F401  (re-exported)
 from slurm_cluster import SlurmCluster, runner_subnet
 
@@ -82,14 +82,16 @@ def _choose_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"{EXTENDED.name} names tests that do not exist: "
                                 f"{', '.join(unknown)}; correct or remove those lines")
     chosen = set(extended)
-    for item in items:
-        if item.nodeid in chosen:
-            item.add_marker(pytest.mark.extended)
-    if not config.getoption("extended"):
-        left_out = [item for item in items if item.nodeid in chosen]
-        if left_out:
-            config.hook.pytest_deselected(items=left_out)
-            items[:] = [item for item in items if item.nodeid not in chosen]
+    listed = [item for item in items if item.nodeid in chosen]
+    for item in listed:
+        item.add_marker(pytest.mark.extended)
+    left_out = [] if config.getoption("extended") else listed
+    config.stash[TIER_CHOICE] = TierChoice(
+        {item.nodeid: item.get_closest_marker("slow") is not None for item in listed},
+        frozenset(item.nodeid for item in left_out))
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item.nodeid not in chosen]
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,20 @@ def unknown_node_ids(listed: Sequence[str], collected: Sequence[str]) -> list[st
     known = set(collected)
     return [nodeid for nodeid in listed
             if nodeid.split("::", 1)[0] in files and nodeid not in known]
+
+
+@dataclass(frozen=True)
+class TierChoice:
+    """What this runner's collection did with ``extended.txt``: each listed test it collected,
+    with whether that test is marked ``slow``, and those it left out (none with
+    ``--extended``). ``tests/conftest.py`` keeps it in ``config.stash``;
+    ``tests/test_suite_order.py`` reads it."""
+
+    collected: dict[str, bool]
+    left_out: frozenset[str]
+
+
+TIER_CHOICE = pytest.StashKey[TierChoice]()
 
 
 def processes_with_env(key: str, value: str) -> list[int]:

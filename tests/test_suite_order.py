@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
-from flow_testing import unknown_node_ids
+from flow_testing import TIER_CHOICE, unknown_node_ids
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,22 +44,42 @@ def test_the_tier_list_reads_one_id_per_line_and_names_unknown_ids_of_collected_
 
 
 def _collected(*args: str) -> tuple[list[str], str]:
-    """The test ids a collection of the suite with ``args`` lists, and its whole output."""
+    """The test ids a collection with ``args`` lists, and its whole output."""
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
                           "no:cacheprovider", "-o", "addopts=", *args], cwd=HERE.parent,
                          capture_output=True, text=True, timeout=120)
     return [line for line in out.stdout.splitlines() if "::" in line], out.stdout + out.stderr
 
 
-def test_the_extended_tier_is_live_tests_only_left_out_by_default_and_back_when_asked() -> None:
-    """What the test command leaves out is a live test (marked ``slow``), never a fast one;
-    without ``--extended`` none of it is collected and the summary says how to run it, and
-    ``--extended`` brings each back."""
+def test_each_listed_test_this_run_collected_is_live_and_left_out_unless_asked(
+        request: pytest.FixtureRequest) -> None:
+    """What the test command leaves out is a live test (marked ``slow``), never a fast one:
+    this very run left out each listed test it collected, unless ``--extended`` was given.
+    The test command collects every file, so there this covers the whole list."""
     listed = listed_node_ids((HERE / "extended.txt").read_text())
     assert listed and len(listed) == len(set(listed))
-    files = sorted({nodeid.split("::", 1)[0] for nodeid in listed})
-    chosen, output = _collected("--extended", "-m", "slow and extended", *files)
-    assert sorted(chosen) == sorted(listed), output[-4000:]
-    default, output = _collected(*files)
+    choice = request.config.stash[TIER_CHOICE]
+    assert all(choice.collected.values()), \
+        f"not marked slow: {[nodeid for nodeid, slow in choice.collected.items() if not slow]}"
+    running = {item.nodeid for item in request.session.items}
+    if request.config.getoption("extended"):
+        assert not choice.left_out
+    else:
+        assert choice.left_out == set(choice.collected) and not choice.left_out & running
+    files = {nodeid.split("::", 1)[0] for nodeid in running | choice.left_out}
+    if {nodeid.split("::", 1)[0] for nodeid in listed} <= files:
+        assert sorted(choice.collected) == sorted(listed)
+
+
+def test_the_summary_says_how_to_run_what_was_left_out_and_the_option_brings_it_back() -> None:
+    """The same, seen from the command line, on one file of the list."""
+    page = "tests/test_readme_blocks.py"
+    listed = [nodeid for nodeid in listed_node_ids((HERE / "extended.txt").read_text())
+              if nodeid.startswith(f"{page}::")]
+    assert listed
+    default, output = _collected(page)
     assert default and not set(default) & set(listed), output[-4000:]
     assert "python3 -m pytest -q --extended runs it too" in output
+    everything, output = _collected("--extended", page)
+    assert set(listed) <= set(everything), output[-4000:]
+    assert "--extended runs it too" not in output

@@ -7,4 +7,5 @@ from volumes_helpers import (  # noqa: F401 - registered as this directory's fix
     moto_s3_url,
     s3_data,
     s3_env,
+    s3_many_keys,
 )

@@ -47,8 +47,8 @@ def test_multipart_object_and_nested_keys_materialize(s3_env: str, s3_data: dict
 
 
 def test_more_than_1000_keys_one_listing_and_no_second_download(
-        s3_env: str, s3_data: dict[str, Any], tmp_path: Path) -> None:
-    uri = f"s3://{s3_data['bucket']}/many/"
+        s3_env: str, s3_many_keys: str, tmp_path: Path) -> None:
+    uri = s3_many_keys
     cache = tmp_path / "task-cache"
     client, calls = _counting_client(s3_env)
     first = materialize(uri, cache, client=client)

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +79,12 @@ def big_object_bytes() -> bytes:
 
 @pytest.fixture()
 def s3_data(moto_s3_url: str) -> dict[str, Any]:
-    """One bucket: a multi-part object and a prefix of MANY_KEYS keys, made once, and again
-    when another test in this process reset moto's in-process state (``mock_aws`` does)."""
+    """One bucket with a multi-part object and two small ones under ``mixed/``, made once, and
+    again when another test in this process reset moto's in-process state (``mock_aws``
+    does)."""
     client = s3_client_for(moto_s3_url)
     bucket = "flow-volumes-test"
-    if _filled(client, bucket):
+    if _holds(client, bucket, "mixed/nested/deeper/b.txt"):
         return {"bucket": bucket, "big": big_object_bytes(), "client": client}
     client.create_bucket(Bucket=bucket)
     blob = big_object_bytes()
@@ -100,18 +100,29 @@ def s3_data(moto_s3_url: str) -> dict[str, Any]:
                                      MultipartUpload={"Parts": parts})
     for name in ("a.txt", "nested/deeper/b.txt"):
         client.put_object(Bucket=bucket, Key=f"mixed/{name}", Body=f"content of {name}".encode())
-
-    def put(i: int) -> None:
-        client.put_object(Bucket=bucket, Key=f"many/part-{i:05d}.txt", Body=f"{i}\n".encode())
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(put, range(MANY_KEYS)))
     return {"bucket": bucket, "big": blob, "client": client}
 
 
-def _filled(client: Any, bucket: str) -> bool:
+@pytest.fixture()
+def s3_many_keys(s3_data: dict[str, Any]) -> str:
+    """MANY_KEYS small objects under ``many/`` of ``s3_data``'s bucket (more than one listing
+    page), put only for the tests that ask; returns their URI. They are put straight into
+    the moto backend that this process's server answers from (a thousand signed requests
+    over HTTP took ten seconds): what is tested is reading them back."""
+    client, bucket = s3_data["client"], s3_data["bucket"]
+    if not _holds(client, bucket, f"many/part-{MANY_KEYS - 1:05d}.txt"):
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
+        for i in range(MANY_KEYS):
+            backend.put_object(bucket, f"many/part-{i:05d}.txt", f"{i}\n".encode())
+    return f"s3://{bucket}/many/"
+
+
+def _holds(client: Any, bucket: str, key: str) -> bool:
     try:
-        client.head_object(Bucket=bucket, Key=f"many/part-{MANY_KEYS - 1:05d}.txt")
+        client.head_object(Bucket=bucket, Key=key)
     except ClientError:
         return False
     return True

@@ -218,3 +218,24 @@ def test_a_block_runs_as_written(block: Block, tmp_path: Path) -> None:
                           text=True, timeout=420, check=False)
     assert done.returncode == 0, (f"{block.where} exited {done.returncode}\n"
                                   f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+
+
+_EPOCH = re.compile(r"\[rank 0\] epoch (\d+): loss=([\d.]+)$", re.M)
+
+
+@pytest.mark.slow
+def test_the_main_job_trains_across_two_nodes_and_rank_0_prints_a_falling_loss(
+        tmp_path: Path) -> None:
+    """The first command's job as it runs it, from the checkout, in the environment the test
+    command's own set-up made (the same script, with ``--dev``). The whole first block, its
+    set-up included in a virtualenv of its own, runs in the extended tier."""
+    first = readme_blocks()[0].text.strip()
+    job = first.split("&&")[-1].split()
+    assert job == ["python3", "examples/ddp_local.py"], first
+    done = subprocess.run([sys.executable, *job[1:]], cwd=ROOT, env=_environment(tmp_path),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    epochs = [(int(n), float(loss)) for n, loss in _EPOCH.findall(done.stdout)]
+    assert [n for n, _ in epochs] == list(range(len(epochs))) and len(epochs) >= 2, done.stdout
+    assert epochs[-1][1] < epochs[0][1], done.stdout
+    assert "world_size=4 " in done.stdout, done.stdout

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
-from flow_testing import TIER_CHOICE, TierChoice, processes_with_env, unknown_node_ids
+from flow_testing import TIER_LISTED, processes_with_env, unknown_node_ids
 from flow_testing import wait_until  # noqa: F401  (re-exported)
 from slurm_cluster import SlurmCluster, runner_subnet
 
@@ -56,8 +56,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The tiers, then the order.
 
     The tests ``extended.txt`` lists are marked ``extended``; without ``--extended`` they are
-    deselected (pytest's summary counts them). A line that names no test of a collected file
-    stops the run: a renamed test must not leave the list unnoticed.
+    deselected, and the summary's last lines say how many and how to run them (with xdist the
+    runners report the count: its controller collects nothing). A line that names no test of a
+    collected file stops the run: a renamed test must not leave the list unnoticed.
 
     ``--dist worksteal`` hands each runner one contiguous slice of this order at the start,
     and a runner that runs dry steals from the back of the longest queue. So the tests, by
@@ -75,6 +76,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [by_id[nodeid] for nodeid in dealt_longest_first(list(by_id), seconds, runners)]
 
 
+_LEFT_OUT = pytest.StashKey[int]()  # how many listed tests this run left out
+_WORKER_LEFT_OUT = "extended_left_out"  # the same, in a runner's report to the controller
+
+
 def _choose_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
     extended = listed_node_ids(EXTENDED.read_text())
     unknown = unknown_node_ids(extended, [item.nodeid for item in items])
@@ -85,19 +90,28 @@ def _choose_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
     listed = [item for item in items if item.nodeid in chosen]
     for item in listed:
         item.add_marker(pytest.mark.extended)
-    left_out = [] if config.getoption("extended") else listed
-    config.stash[TIER_CHOICE] = TierChoice(
-        {item.nodeid: item.get_closest_marker("slow") is not None for item in listed},
-        frozenset(item.nodeid for item in left_out))
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
+    config.stash[TIER_LISTED] = {item.nodeid: item.get_closest_marker("slow") is not None
+                                 for item in listed}
+    if listed and not config.getoption("extended"):
+        config.hook.pytest_deselected(items=listed)
         items[:] = [item for item in items if item.nodeid not in chosen]
+        config.stash[_LEFT_OUT] = len(listed)
+        if hasattr(config, "workeroutput"):  # an xdist runner: the controller collects nothing
+            config.workeroutput[_WORKER_LEFT_OUT] = len(listed)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist's controller: what a runner left out (each collects the whole run)."""
+    left_out = getattr(node, "workeroutput", {}).get(_WORKER_LEFT_OUT, 0)
+    node.config.stash[_LEFT_OUT] = max(node.config.stash.get(_LEFT_OUT, 0), left_out)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if not config.getoption("extended") and terminalreporter.stats.get("deselected"):
-        terminalreporter.write_line(f"the extended tier ({EXTENDED.name}) was left out; "
-                                    f"python3 -m pytest -q --extended runs it too")
+    left_out = config.stash.get(_LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(f"{left_out} tests of the extended tier ({EXTENDED.name}) "
+                                    f"were left out; python3 -m pytest -q --extended runs them")
 
 
 _timed: dict[str, float] = {}

@@ -8,7 +8,6 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +49,9 @@ def unknown_node_ids(listed: Sequence[str], collected: Sequence[str]) -> list[st
             if nodeid.split("::", 1)[0] in files and nodeid not in known]
 
 
-@dataclass(frozen=True)
-class TierChoice:
-    """What this runner's collection did with ``extended.txt``: each listed test it collected,
-    with whether that test is marked ``slow``, and those it left out (none with
-    ``--extended``). ``tests/conftest.py`` keeps it in ``config.stash``;
-    ``tests/test_suite_order.py`` reads it."""
-
-    collected: dict[str, bool]
-    left_out: frozenset[str]
-
-
-TIER_CHOICE = pytest.StashKey[TierChoice]()
+# Each test that ``extended.txt`` lists and this runner collected, and whether it is marked
+# ``slow``: ``tests/conftest.py`` keeps it in ``config.stash``, ``test_suite_order.py`` reads it.
+TIER_LISTED = pytest.StashKey[dict[str, bool]]()
 
 
 def processes_with_env(key: str, value: str) -> list[int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
-from flow_testing import TIER_CHOICE, unknown_node_ids
+from flow_testing import TIER_LISTED, unknown_node_ids
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,11 +43,12 @@ def test_the_tier_list_reads_one_id_per_line_and_names_unknown_ids_of_collected_
                             collected) == ["a.py::test_gone"]  # b.py was not collected
 
 
-def _collected(*args: str) -> tuple[list[str], str]:
-    """The test ids a collection with ``args`` lists, and its whole output."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
-                          "no:cacheprovider", "-o", "addopts=", *args], cwd=HERE.parent,
-                         capture_output=True, text=True, timeout=120)
+def _pytest(*args: str) -> tuple[list[str], str]:
+    """A run of pytest with ``args`` (none of the project's own options): the test ids it
+    lists (``--collect-only``), and its whole output."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+                          "addopts=", *args], cwd=HERE.parent, capture_output=True, text=True,
+                         timeout=120)
     return [line for line in out.stdout.splitlines() if "::" in line], out.stdout + out.stderr
 
 
@@ -58,28 +59,30 @@ def test_each_listed_test_this_run_collected_is_live_and_left_out_unless_asked(
     The test command collects every file, so there this covers the whole list."""
     listed = listed_node_ids((HERE / "extended.txt").read_text())
     assert listed and len(listed) == len(set(listed))
-    choice = request.config.stash[TIER_CHOICE]
-    assert all(choice.collected.values()), \
-        f"not marked slow: {[nodeid for nodeid, slow in choice.collected.items() if not slow]}"
+    collected = request.config.stash[TIER_LISTED]
+    assert all(collected.values()), \
+        f"not marked slow: {[nodeid for nodeid, slow in collected.items() if not slow]}"
     running = {item.nodeid for item in request.session.items}
-    if request.config.getoption("extended"):
-        assert not choice.left_out
-    else:
-        assert choice.left_out == set(choice.collected) and not choice.left_out & running
-    files = {nodeid.split("::", 1)[0] for nodeid in running | choice.left_out}
+    if not request.config.getoption("extended"):
+        assert not set(collected) & running
+    files = {nodeid.split("::", 1)[0] for nodeid in running | set(collected)}
     if {nodeid.split("::", 1)[0] for nodeid in listed} <= files:
-        assert sorted(choice.collected) == sorted(listed)
+        assert sorted(collected) == sorted(listed)
 
 
-def test_the_summary_says_how_to_run_what_was_left_out_and_the_option_brings_it_back() -> None:
-    """The same, seen from the command line, on one file of the list."""
+def test_a_run_says_how_many_it_left_out_and_the_option_brings_them_back() -> None:
+    """The same from the command line, on one file of the list: a run with a runner, as the
+    test command's (xdist's controller collects nothing, so the runner reports the count),
+    ends saying how many listed tests it left out; ``--extended -m extended`` selects exactly
+    the listed ones."""
     page = "tests/test_readme_blocks.py"
     listed = [nodeid for nodeid in listed_node_ids((HERE / "extended.txt").read_text())
               if nodeid.startswith(f"{page}::")]
     assert listed
-    default, output = _collected(page)
-    assert default and not set(default) & set(listed), output[-4000:]
-    assert "python3 -m pytest -q --extended runs it too" in output
-    everything, output = _collected("--extended", page)
-    assert set(listed) <= set(everything), output[-4000:]
-    assert "--extended runs it too" not in output
+    _, output = _pytest("-n", "1", page, "-k", "marked_block")
+    assert " passed" in output and " failed" not in output, output[-4000:]
+    assert f"{len(listed)} tests of the extended tier (extended.txt) were left out; " \
+           "python3 -m pytest -q --extended runs them" in output, output[-4000:]
+    chosen, output = _pytest("--collect-only", "--extended", "-m", "extended", page)
+    assert sorted(chosen) == sorted(listed), output[-4000:]
+    assert "were left out" not in output

@@ -1,6 +1,6 @@
 """Print flow-gang-sdk's direct requirements for an extra, one per line, without torch, as
 ``pyproject.toml`` lists them (the extras it names followed): what `scripts/setup.sh` installs
-at their newest releases, in the same pip run that installs the SDK.
+at their newest releases, in the same installer run (uv, or pip) that installs the SDK.
 
     python scripts/direct_requirements.py dev
 

@@ -10,8 +10,8 @@
 #                                    # Slurm tests' cluster; one apt-get update),
 #                                    # then byte-compiles the tests once
 #   bash scripts/setup.sh --dry-run  # (with or without --dev) print the steps, run none
-# Each step prints one line ("[2/3] ..."), then pip's own progress; the last line says how
-# long it all took.
+# Each step prints one line ("[2/3] ..."), then the installer's own progress; the last line
+# says how long it all took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -72,6 +72,7 @@ run() {
 
 SUDO=""
 [ "$(id -u)" = "0" ] || SUDO="sudo"
+APT_PID=""
 apt_install() {
   run $SUDO apt-get update -qq
   if [ "$DRY" = 1 ]; then
@@ -101,8 +102,15 @@ if [ "$DEV" = 1 ]; then
     step "system packages (OpenSSH server, Chromium, Slurm and munge): installed already"
   else
     step "system packages: OpenSSH server, Chromium, Slurm and munge (apt-get install" \
-      "${missing[*]}) ..."
-    apt_install "${missing[@]}"
+      "${missing[*]}), in the background while the Python packages install ..."
+    if [ "$DRY" = 1 ]; then
+      apt_install "${missing[@]}"
+    else
+      # sudo asks for its password here, in the foreground, not from the background job
+      [ -z "$SUDO" ] || $SUDO true
+      apt_install "${missing[@]}" &
+      APT_PID=$!
+    fi
   fi
 fi
 
@@ -112,19 +120,43 @@ if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torc
 then
   step "torch: installed already, kept as it is"
 else
-  step "torch CPU build ($TORCH_PIN, about 200 MB) ..."
-  run "$PY" -m pip install "$TORCH_PIN"
+  step "torch CPU build ($TORCH_PIN, about 200 MB), byte-compiled on every core ..."
+  run "$PY" -m pip install --no-compile "$TORCH_PIN"
+  # pip would compile its 2,300 modules one by one; one file is Python 3.12 syntax on purpose
+  site="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  run "$PY" -m compileall -q -j 0 -x '/py312_intrinsics[.]py$' "$site/torch"
 fi
 
 # The SDK and the newest release of each of its direct dependencies (pyproject's list for the
-# extra, torch left out), in one pip run: as a fresh install gets them, even where an older
-# one is installed already (pip keeps any release that satisfies a range otherwise); torch
-# stays at the build installed above.
+# extra, torch left out), in one run: as a fresh install gets them, even where an older one is
+# installed already (an installer keeps any release that satisfies a range otherwise); torch
+# stays at the build installed above. uv does it: it downloads, unpacks and byte-compiles in
+# parallel what it installs, where pip takes minutes.
+# pip fetches uv into a temporary folder, not into the environment; where uv cannot be fetched
+# or fails (an index only pip is configured for, say), pip installs the same packages.
 listed="$("$PY" scripts/direct_requirements.py "$EXTRA")"
 mapfile -t requirements <<< "$listed"
+upgrades=()
+for requirement in "${requirements[@]}"; do
+  upgrades+=(--upgrade-package "${requirement%%[\[<>=\!~\;]*}")
+done
+packages=(-e ".[$EXTRA]" "${requirements[@]}")
 step "flow-sdk from this checkout, with the '$EXTRA' extra and the newest release of each" \
-  "direct dependency, torch kept (pip install --upgrade -e '.[$EXTRA]' ...) ..."
-run "$PY" -m pip install --upgrade -e ".[$EXTRA]" "${requirements[@]}"
+  "direct dependency, torch kept (uv pip install -e '.[$EXTRA]' ...) ..."
+if [ "$DRY" = 1 ]; then
+  echo "      would run: $PY -m pip install --quiet --target <temporary folder> uv"
+  echo "      would run: uv pip install --python $PY --compile-bytecode ${upgrades[*]}" \
+    "${packages[*]}"
+else
+  UV_HOME="$(mktemp -d)"
+  trap 'rm -rf "$UV_HOME"' EXIT
+  if ! { "$PY" -m pip install --quiet --target "$UV_HOME" uv && \
+         "$UV_HOME/bin/uv" pip install --python "$PY" --compile-bytecode "${upgrades[@]}" \
+           "${packages[@]}"; }; then
+    echo "setup.sh: uv could not install them (its error is above); pip does instead" >&2
+    "$PY" -m pip install --upgrade "${packages[@]}"
+  fi
+fi
 # An editable install leaves the SDK's modules uncompiled, and an interpreter started with
 # PYTHONDONTWRITEBYTECODE (or without write access here) would compile them again in every
 # node agent, worker and `flow` command it starts: compile them once, now.
@@ -145,6 +177,14 @@ if [ "$DEV" = 1 ]; then
     "${collect[@]}" | tail -n 1
   fi
   run "$PY" -m compileall -q tests bench examples
+fi
+
+if [ -n "$APT_PID" ]; then
+  if ! wait "$APT_PID"; then
+    echo "setup.sh: apt-get install of the system packages failed (its error is above)" >&2
+    exit 1
+  fi
+  echo "      system packages: installed"
 fi
 
 if [ "$DRY" = 1 ]; then

@@ -1,7 +1,7 @@
 """`scripts/setup.sh` installs every direct dependency at its newest release, torch excepted,
-in the pip run that installs the SDK: the list it hands pip (`scripts/direct_requirements.py`,
-read from pyproject.toml before anything is installed) is exactly what the installed SDK's
-metadata requires for the extra, its nested extras followed."""
+in the installer run that installs the SDK: the list it hands uv (or pip)
+(`scripts/direct_requirements.py`, read from pyproject.toml before anything is installed) is
+exactly what the installed SDK's metadata requires for the extra, its nested extras followed."""
 
 from __future__ import annotations
 

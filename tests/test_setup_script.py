@@ -45,17 +45,26 @@ def test_a_dry_run_prints_each_step_numbered_and_installs_nothing(tmp_path: Path
     assert WARNING not in done.stderr, done.stderr
     steps = _steps(done.stdout)
     assert [s[:5] for s in steps] == ["[1/3]", "[2/3]", "[3/3]"], done.stdout
-    # no torch in the fresh environment: the CPU pin is the first step, pip the command
+    # no torch in the fresh environment: the CPU pin is the first step, pip the command, then
+    # its modules byte-compiled on every core
     assert steps[0].startswith("[1/3] torch CPU build (torch=="), steps
-    assert f"would run: {python} -m pip install torch==" in done.stdout
-    # the SDK and the newest release of each direct dependency but torch, in one pip run
+    assert f"would run: {python} -m pip install --no-compile torch==" in done.stdout
+    assert re.search(rf"would run: {re.escape(str(python))} -m compileall -q -j 0 .* "
+                     r"\S+/site-packages/torch$", done.stdout, re.MULTILINE), done.stdout
+    # the SDK and the newest release of each direct dependency but torch, in one uv run; pip
+    # fetches uv outside the environment
     assert steps[1] == ("[2/3] flow-sdk from this checkout, with the 'all' extra and the newest "
-                        "release of each direct dependency, torch kept (pip install --upgrade "
+                        "release of each direct dependency, torch kept (uv pip install "
                         "-e '.[all]' ...) ...")
-    pip_line = next(line for line in done.stdout.splitlines()
-                    if line.startswith(f"      would run: {python} -m pip install --upgrade"))
-    assert pip_line.split()[6:9] == ["--upgrade", "-e", ".[all]"], pip_line
-    assert "boto3>=1.34" in pip_line.split() and "torch" not in pip_line, pip_line
+    assert (f"would run: {python} -m pip install --quiet --target <temporary folder> uv"
+            in done.stdout)
+    uv_line = next(line for line in done.stdout.splitlines()
+                   if line.startswith(f"      would run: uv pip install --python {python} "))
+    words = uv_line.split()
+    assert words[7] == "--compile-bytecode" and " -e .[all] " in uv_line, uv_line
+    assert "boto3>=1.34" in words and "torch" not in uv_line, uv_line
+    upgraded = {words[i + 1] for i, word in enumerate(words) if word == "--upgrade-package"}
+    assert {"boto3", "moto", "pydantic", "xgboost"} <= upgraded, uv_line
     assert steps[2] == "[3/3] byte-compiling the SDK's modules (python -m compileall flow_sdk) ..."
     assert f"would run: {python} -m compileall -q flow_sdk" in done.stdout
     assert done.stdout.splitlines()[-1] == "set-up: dry run, nothing installed"

@@ -1,5 +1,5 @@
 """Shared fixtures: every test gets its own FLOW_HOME, and no process it started outlives it.
-And the suite's order: the long tests shared out among the runners (``durations.json``); and
+And the suite's order: the long files first, whole, to the runners (``durations.json``); and
 its tiers: the live tests ``extended.txt`` lists run only with ``--extended``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
+from flow_testing import files_longest_first, listed_node_ids, merged_durations
 from flow_testing import TIER_LISTED, processes_with_env, unknown_node_ids
 from flow_testing import wait_until  # noqa: F401  (re-exported)
 from slurm_cluster import SlurmCluster, runner_subnet
@@ -40,6 +40,7 @@ EXTENDED = Path(__file__).with_name("extended.txt")
 # it into a virtualenv of its own and runs them there.
 collect_ignore = ["plugin_provider"]
 SLOW_UNTIMED_S = 5.0  # a test marked ``slow`` that the durations file does not list yet
+FAST_UNTIMED_S = 0.25  # any other test it does not list (it lists those of a second or more)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -60,20 +61,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     runners report the count: its controller collects nothing). A line that names no test of a
     collected file stops the run: a renamed test must not leave the list unnoticed.
 
-    ``--dist worksteal`` hands each runner one contiguous slice of this order at the start,
-    and a runner that runs dry steals from the back of the longest queue. So the tests, by
-    the seconds ``durations.json`` lists for them (tests marked ``slow`` that it does not
-    list yet count as a few seconds), are dealt out longest first like cards, one pile per
-    runner, and the piles put end to end: every slice starts with its share of the long
-    tests and ends with short ones. A stale file costs only time."""
+    ``--dist loadfile`` hands each runner one whole file at a time, in the order of the
+    collection, whenever the runner runs dry: so the files go longest first, by the seconds
+    ``durations.json`` lists for their tests (a test it does not list counts as a few seconds
+    if marked ``slow``, a quarter of one if not). Long files start early, short ones fill the
+    end, and each file's module-scoped fixtures are set up once. A stale file costs only
+    time."""
     _choose_tier(config, items)
     listed: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     seconds = {item.nodeid: listed.get(item.nodeid, SLOW_UNTIMED_S if
-                                       item.get_closest_marker("slow") else 0.0)
+                                       item.get_closest_marker("slow") else FAST_UNTIMED_S)
                for item in items}
-    runners = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     by_id = {item.nodeid: item for item in items}
-    items[:] = [by_id[nodeid] for nodeid in dealt_longest_first(list(by_id), seconds, runners)]
+    items[:] = [by_id[nodeid] for nodeid in files_longest_first(list(by_id), seconds)]
 
 
 _LEFT_OUT = pytest.StashKey[int]()  # how many listed tests this run left out

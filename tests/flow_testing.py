@@ -18,13 +18,19 @@ from flow_sdk.system.procs import pids_with_env
 from flow_sdk.providers.local import LocalProvider
 
 
-def dealt_longest_first(names: Sequence[str], seconds: dict[str, float],
-                        runners: int) -> list[str]:
-    """``names`` sorted longest first by ``seconds`` (0 for a name it lacks; ties keep their
-    order), dealt like cards into one pile per runner, and the piles put end to end: the
-    suite's order for ``--dist worksteal``, which gives each runner one contiguous slice."""
-    longest_first = sorted(names, key=lambda name: seconds.get(name, 0.0), reverse=True)
-    return [name for pile in range(runners) for name in longest_first[pile::runners]]
+def files_longest_first(names: Sequence[str], seconds: dict[str, float]) -> list[str]:
+    """``names`` (test ids) grouped by file, each file's tests in their own order, the files
+    longest first by the sum of their tests' ``seconds`` (0 for a name it lacks; ties keep
+    their order): the suite's order for ``--dist loadfile --no-loadscope-reorder``, which
+    hands a runner one whole file at a time, in this order, whenever it runs dry. A file's
+    tests thus run one after another in one runner, and its module-scoped fixtures (a live
+    task, a browser, a moto server) are set up once."""
+    files: dict[str, list[str]] = {}
+    for name in names:
+        files.setdefault(name.split("::", 1)[0], []).append(name)
+    total = {file: sum(seconds.get(name, 0.0) for name in tests) for file, tests in files.items()}
+    return [name for file in sorted(files, key=total.__getitem__, reverse=True)
+            for name in files[file]]
 
 
 def merged_durations(listed: dict[str, float], timed: dict[str, float]) -> dict[str, float]:

@@ -1,6 +1,6 @@
-"""The suite's own order, durations file and tiers (``tests/conftest.py``): the long tests dealt
-out among the runners, ``--store-durations`` merging a run's seconds into the file, and the
-extended tier that ``extended.txt`` lists."""
+"""The suite's own order, durations file and tiers (``tests/conftest.py``): whole files, the
+longest first, to the runners; ``--store-durations`` merging a run's seconds into the file; and
+the extended tier that ``extended.txt`` lists."""
 
 from __future__ import annotations
 
@@ -10,23 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from flow_testing import dealt_longest_first, listed_node_ids, merged_durations
+from flow_testing import files_longest_first, listed_node_ids, merged_durations
 from flow_testing import TIER_LISTED, unknown_node_ids
 
 HERE = Path(__file__).resolve().parent
 
 
-def test_each_runners_slice_starts_with_its_share_of_the_long_tests() -> None:
-    seconds = {"a": 90.0, "b": 60.0, "c": 50.0, "d": 20.0, "e": 10.0, "f": 5.0}
-    names = ["f", "e", "quick", "d", "c", "b", "a", "also-quick", "unlisted"]
-    order = dealt_longest_first(names, seconds, runners=3)
+def test_whole_files_go_longest_first_each_in_its_own_order() -> None:
+    seconds = {"b.py::1": 60.0, "a.py::2": 20.0, "a.py::1": 50.0, "c.py::1": 5.0}
+    names = ["a.py::1", "quick.py::1", "b.py::1", "a.py::2", "c.py::1", "quick.py::2",
+             "a.py::quick", "unlisted.py::1"]
+    order = files_longest_first(names, seconds)
     assert sorted(order) == sorted(names)
-    slices = [order[0:3], order[3:6], order[6:9]]  # worksteal's first hand-out
-    assert [s[0] for s in slices] == ["a", "b", "c"]  # the three longest, one each
-    assert [s[1] for s in slices] == ["d", "e", "f"]
-    assert all(seconds.get(s[-1], 0.0) == 0.0 for s in slices)  # each ends short
-    assert dealt_longest_first(names, seconds, runners=1) == \
-        ["a", "b", "c", "d", "e", "f", "quick", "also-quick", "unlisted"]
+    # a.py (70 s) before b.py (60 s): files by their sum, each file's tests together and in
+    # their order; the files of no listed seconds last, in their order
+    assert order == ["a.py::1", "a.py::2", "a.py::quick", "b.py::1", "c.py::1",
+                     "quick.py::1", "quick.py::2", "unlisted.py::1"]
 
 
 def test_a_run_s_seconds_replace_the_listed_ones_and_short_tests_leave_the_file() -> None:

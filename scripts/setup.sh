@@ -72,7 +72,18 @@ run() {
 
 SUDO=""
 [ "$(id -u)" = "0" ] || SUDO="sudo"
-APT_PID=""
+APT_PID=""  # the background apt-get, while it runs
+UV_HOME=""  # uv's temporary folder
+# On the way out, a failure's included: the background apt-get is waited for (stopping it
+# half-way could leave dpkg to repair), and uv's folder removed.
+finish() {
+  if [ -n "$APT_PID" ]; then
+    echo "setup.sh: waiting for apt-get to finish ..." >&2
+    wait "$APT_PID" || true  # its error, if any, is above; this run has failed already
+  fi
+  [ -z "$UV_HOME" ] || rm -rf "$UV_HOME"
+}
+trap finish EXIT
 apt_install() {
   run $SUDO apt-get update -qq
   if [ "$DRY" = 1 ]; then
@@ -149,7 +160,6 @@ if [ "$DRY" = 1 ]; then
     "${packages[*]}"
 else
   UV_HOME="$(mktemp -d)"
-  trap 'rm -rf "$UV_HOME"' EXIT
   if ! { "$PY" -m pip install --quiet --target "$UV_HOME" uv && \
          "$UV_HOME/bin/uv" pip install --python "$PY" --compile-bytecode "${upgrades[@]}" \
            "${packages[@]}"; }; then
@@ -180,7 +190,10 @@ if [ "$DEV" = 1 ]; then
 fi
 
 if [ -n "$APT_PID" ]; then
-  if ! wait "$APT_PID"; then
+  waited=0
+  wait "$APT_PID" || waited=$?
+  APT_PID=""
+  if [ "$waited" != 0 ]; then
     echo "setup.sh: apt-get install of the system packages failed (its error is above)" >&2
     exit 1
   fi

@@ -82,7 +82,9 @@ _WORKER_LEFT_OUT = "extended_left_out"  # the same, in a runner's report to the 
 
 def _choose_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
     extended = listed_node_ids(EXTENDED.read_text())
-    unknown = unknown_node_ids(extended, [item.nodeid for item in items])
+    narrowed = _narrowed_files(config)
+    unknown = [nodeid for nodeid in unknown_node_ids(extended, [item.nodeid for item in items])
+               if nodeid.split("::", 1)[0] not in narrowed]
     if unknown:
         raise pytest.UsageError(f"{EXTENDED.name} names tests that do not exist: "
                                 f"{', '.join(unknown)}; correct or remove those lines")
@@ -98,6 +100,18 @@ def _choose_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
         config.stash[_LEFT_OUT] = len(listed)
         if hasattr(config, "workeroutput"):  # an xdist runner: the controller collects nothing
             config.workeroutput[_WORKER_LEFT_OUT] = len(listed)
+
+
+def _narrowed_files(config: pytest.Config) -> set[str]:
+    """The files (as test ids name them) that this run's arguments narrow to some of their
+    tests (``FILE::TEST``): their other tests were not collected, not renamed."""
+    narrowed = set()
+    for arg in config.args:
+        if "::" in arg:
+            path = Path(arg.split("::", 1)[0]).resolve()
+            if path.is_relative_to(config.rootpath):
+                narrowed.add(path.relative_to(config.rootpath).as_posix())
+    return narrowed
 
 
 @pytest.hookimpl(optionalhook=True)

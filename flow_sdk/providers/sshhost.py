@@ -34,6 +34,17 @@ CLOSE_WAIT_S = 5.0  # for the far side to see its input end and exit
 NOISE_LINES = 100  # lines a login's start-up files may print before the first answer
 
 
+def _close_input(pipe: IO[bytes]) -> None:
+    """Close the pipe to ``ssh``. Closing flushes what is still buffered; where ``ssh`` has
+    gone (a refused connection, before it read the request), those bytes have no reader and
+    the flush's BrokenPipeError is dropped with them: the pipe is closed either way, and the
+    caller reports the ended connection with what ``ssh`` said."""
+    try:
+        pipe.close()
+    except BrokenPipeError:
+        return
+
+
 class SshHostError(ProviderError):
     """The SSH connection to the host failed, or an operation there did."""
 
@@ -97,13 +108,13 @@ class SshHost:
             return
         assert proc.stdin is not None and proc.stdout is not None
         if proc.poll() is None:
-            proc.stdin.close()
+            _close_input(proc.stdin)
             try:
                 proc.wait(timeout=CLOSE_WAIT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        proc.stdin.close()
+        _close_input(proc.stdin)
         proc.stdout.close()
 
     def close(self) -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from flow_sdk.providers.sshhost import SshHost
+from flow_sdk.providers.sshhost import SshHost, SshHostError
 
 FAKE_SSH = """#!/bin/sh
 echo "Welcome to the login node"
@@ -81,3 +82,37 @@ def test_a_forked_child_opens_its_own_connection(host: Any, tmp_path: Path) -> N
     assert os.read(read, 1) == b"1"
     os.waitpid(pid, 0)
     assert host._proc is parent and host.kind(str(tmp_path / "bin")) == "dir"
+
+
+REFUSED_SSH = """#!/bin/sh
+echo "ssh: connect to host login port 22: Connection refused" >&2
+exit 255
+"""
+
+
+def test_a_refused_connection_is_one_error_naming_what_ssh_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(REFUSED_SSH)
+    (bin_dir / "ssh").chmod(stat.S_IRWXU)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    refused = SshHost("me@login", sys.executable)
+    with pytest.raises(SshHostError, match=r"^ssh me@login: the connection ended: ssh: connect "
+                                           r"to host login port 22: Connection refused; check"):
+        refused.kind(str(tmp_path))
+    assert refused._proc is None
+
+
+def test_closing_a_connection_whose_ssh_left_a_request_unread_raises_nothing() -> None:
+    """As when ``ssh`` exits (a refused connection) before the request it was sent is
+    flushed: the bytes still buffered for it have no reader, and closing drops them."""
+    host = SshHost("me@login", sys.executable)
+    gone = subprocess.Popen(["true"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    gone.wait()
+    assert gone.stdin is not None
+    gone.stdin.write(b"a request line\n")  # buffered, never flushed: nobody reads it
+    host._proc = gone
+    host.close()
+    assert host._proc is None and gone.stdin.closed and gone.stdout is not None \
+        and gone.stdout.closed

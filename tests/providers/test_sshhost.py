@@ -25,13 +25,17 @@ exec sh -c "$last"
 """
 
 
-@pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _ssh_first_on_path(script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(FAKE_SSH)
+    (bin_dir / "ssh").write_text(script)
     (bin_dir / "ssh").chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    _ssh_first_on_path(FAKE_SSH, tmp_path, monkeypatch)
     connected = SshHost("me@login", sys.executable)
     yield connected
     connected.close()
@@ -92,11 +96,7 @@ exit 255
 
 def test_a_refused_connection_is_one_error_naming_what_ssh_said(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(REFUSED_SSH)
-    (bin_dir / "ssh").chmod(stat.S_IRWXU)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    _ssh_first_on_path(REFUSED_SSH, tmp_path, monkeypatch)
     refused = SshHost("me@login", sys.executable)
     with pytest.raises(SshHostError, match=r"^ssh me@login: the connection ended: ssh: connect "
                                            r"to host login port 22: Connection refused; check"):

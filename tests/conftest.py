@@ -82,9 +82,8 @@ _WORKER_LEFT_OUT = "extended_left_out"  # the same, in a runner's report to the 
 
 def _choose_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
     extended = listed_node_ids(EXTENDED.read_text())
-    narrowed = _narrowed_files(config)
-    unknown = [nodeid for nodeid in unknown_node_ids(extended, [item.nodeid for item in items])
-               if nodeid.split("::", 1)[0] not in narrowed]
+    unknown = unknown_node_ids(extended, [item.nodeid for item in items],
+                               _narrowed_files(config))
     if unknown:
         raise pytest.UsageError(f"{EXTENDED.name} names tests that do not exist: "
                                 f"{', '.join(unknown)}; correct or remove those lines")

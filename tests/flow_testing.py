@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,12 @@ def listed_node_ids(text: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def unknown_node_ids(listed: Sequence[str], collected: Sequence[str]) -> list[str]:
+def unknown_node_ids(listed: Sequence[str], collected: Sequence[str],
+                     narrowed: Collection[str] = ()) -> list[str]:
     """The ids of ``listed`` that name no test of ``collected``, among the listed ids whose
-    file was collected (a run of some files checks the lines of those files only)."""
-    files = {nodeid.split("::", 1)[0] for nodeid in collected}
+    file was collected whole (a run of some files checks the lines of those files only; a
+    file in ``narrowed``, named as ``FILE::TEST``, had only some of its tests collected)."""
+    files = {nodeid.split("::", 1)[0] for nodeid in collected} - set(narrowed)
     known = set(collected)
     return [nodeid for nodeid in listed
             if nodeid.split("::", 1)[0] in files and nodeid not in known]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "setup.sh"
 STEP = re.compile(r"^\[(\d)/(\d)\] ")
@@ -107,3 +109,57 @@ def test_an_unknown_option_is_refused_naming_the_ones_it_takes() -> None:
     assert done.returncode == 2 and not done.stdout
     assert done.stderr.strip() == ("setup.sh: unknown option --nodes; use --dev, --dry-run "
                                    "or neither")
+
+
+# A stand-in interpreter: the real one for the set-up's own checks and scripts; pip fails to
+# fetch uv (as where only pip's configured index is reachable); pip's own installs, the
+# compiling and the test collection are logged and pass.
+FAKE_PYTHON = """#!/bin/sh
+echo "python $*" >> "$SETUP_LOG"
+case "$*" in
+  *"-m pip install --quiet --target"*) echo "no uv on this index" >&2; exit 1 ;;
+  *"-m pip install"*|*"-m compileall"*|*"-m pytest"*) exit 0 ;;
+esac
+exec REAL "$@"
+"""
+FAKE_APT = """#!/bin/sh
+echo "apt-get $1 start" >> "$SETUP_LOG"
+sleep 2
+echo "apt-get $1 end" >> "$SETUP_LOG"
+[ "$1" = update ] || exit "${FAKE_APT_RC:-0}"
+"""
+
+
+def _setup_with_stand_ins(tmp_path: Path, apt_rc: int) -> tuple[subprocess.CompletedProcess[str],
+                                                                 list[str]]:
+    """``setup.sh --dev`` with the stand-ins first on a PATH where Slurm's daemons are missing
+    (they live in /usr/sbin): its apt-get runs, in the background."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "setup.log"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(FAKE_PYTHON.replace("REAL", sys.executable))
+    (bin_dir / "apt-get").write_text(FAKE_APT)
+    for tool in ("python", "apt-get"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON": str(bin_dir / "python"),
+           "SETUP_LOG": str(log), "FAKE_APT_RC": str(apt_rc), "CI": "true"}
+    done = subprocess.run(["bash", str(SCRIPT), "--dev"], capture_output=True, text=True,
+                          timeout=120, env=env, stdin=subprocess.DEVNULL)
+    return done, log.read_text().splitlines()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="without root the set-up asks sudo first")
+def test_apt_get_runs_beside_the_python_steps_and_pip_installs_where_uv_cannot(
+        tmp_path: Path) -> None:
+    done, log = _setup_with_stand_ins(tmp_path, apt_rc=0)
+    assert done.returncode == 0, done.stderr
+    assert "in the background while the Python packages install" in _steps(done.stdout)[0]
+    assert "setup.sh: uv could not install them (its error is above); pip does instead" \
+        in done.stderr, done.stderr
+    fallback = next(i for i, line in enumerate(log)
+                    if "-m pip install --upgrade -e .[dev]" in line)
+    assert log.index("apt-get update start") < fallback < log.index("apt-get install end"), log
+    assert done.stdout.splitlines()[-2:-1] == ["      system packages: installed"], done.stdout
+
+    failed, _ = _setup_with_stand_ins(tmp_path / "failing", apt_rc=100)
+    assert failed.returncode == 1 and "set-up: done" not in failed.stdout
+    assert "setup.sh: apt-get install of the system packages failed" in failed.stderr

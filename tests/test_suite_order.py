@@ -40,6 +40,9 @@ def test_the_tier_list_reads_one_id_per_line_and_names_unknown_ids_of_collected_
     collected = ["a.py::test_one", "a.py::test_three", "c.py::test_four"]
     assert unknown_node_ids(["a.py::test_one", "a.py::test_gone", "b.py::test_two[x]"],
                             collected) == ["a.py::test_gone"]  # b.py was not collected
+    # a run of `a.py::test_one` alone collected a.py's other tests not at all
+    assert unknown_node_ids(["a.py::test_one", "a.py::test_gone"], ["a.py::test_one"],
+                            narrowed={"a.py"}) == []
 
 
 def _pytest(*args: str) -> tuple[list[str], str]:

@@ -80,7 +80,9 @@ def test_a_rank_that_sleeps_is_named_before_the_collective_timeout_and_is_the_ro
     assert {0, 2, 3} <= peers and 1 not in peers, error.consequences
     stalls = task_stalls(task)  # a slow start (importing torch) may have been one too
     print("\n".join(s.message for s in stalls))
-    stall = stalls[-1]
+    # each node's watchdog records its own quiet ranks; rank 1's node says since when it was
+    # quiet (the other node may record after it)
+    stall = next(s for s in reversed(stalls) if "1" in s.extra.get("since", {}))
     assert stall.odd_ranks == [1] and stall.timeout_s == stall_s and stall.action == "warn"
     since = stall.extra["since"]["1"]
     first_timeout = min(float(m) for line in error.consequences

@@ -39,6 +39,10 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 1
 fi
 
+# uv takes a bare name (python3) as a version request and then refuses an interpreter of no
+# virtual environment, such as a CI machine's; the interpreter's own path it takes as given.
+PY_EXE="$("$PY" -c 'import sys; print(sys.executable)')"
+
 # pip installs into (and upgrades) whatever environment $PY belongs to. CI machines are
 # throwaway: no warning there.
 if [ "${CI:-}" != "true" ] && \
@@ -156,12 +160,12 @@ step "flow-sdk from this checkout, with the '$EXTRA' extra and the newest releas
   "direct dependency, torch kept (uv pip install -e '.[$EXTRA]' ...) ..."
 if [ "$DRY" = 1 ]; then
   echo "      would run: $PY -m pip install --quiet --target <temporary folder> uv"
-  echo "      would run: uv pip install --python $PY --compile-bytecode ${upgrades[*]}" \
+  echo "      would run: uv pip install --python $PY_EXE --compile-bytecode ${upgrades[*]}" \
     "${packages[*]}"
 else
   UV_HOME="$(mktemp -d)"
   if ! { "$PY" -m pip install --quiet --target "$UV_HOME" uv && \
-         "$UV_HOME/bin/uv" pip install --python "$PY" --compile-bytecode "${upgrades[@]}" \
+         "$UV_HOME/bin/uv" pip install --python "$PY_EXE" --compile-bytecode "${upgrades[@]}" \
            "${packages[@]}"; }; then
     echo "setup.sh: uv could not install them (its error is above); pip does instead" >&2
     "$PY" -m pip install --upgrade "${packages[@]}"

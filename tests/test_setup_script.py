@@ -93,6 +93,23 @@ def test_outside_a_virtual_environment_it_warns_and_goes_on_but_not_on_ci() -> N
     assert _steps(on_ci.stdout) == steps
 
 
+def test_uv_gets_the_interpreter_by_its_path_where_the_set_up_was_given_a_bare_name(
+        tmp_path: Path) -> None:
+    """CI runs the machine's ``python3``, no virtual environment: uv takes a bare name as a
+    version request and refuses such an interpreter, so the set-up fell back to pip there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", CI="true")
+    done = subprocess.run(["bash", str(SCRIPT), "--dev", "--dry-run"], capture_output=True,
+                          text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    uv_line = next(line for line in done.stdout.splitlines()
+                   if line.startswith("      would run: uv pip install "))
+    assert uv_line.split()[5:7] == ["--python", str(bin_dir / "python3")], uv_line
+
+
 def test_a_python_older_than_3_11_is_refused_before_anything_is_installed(
         tmp_path: Path) -> None:
     old = tmp_path / "python3.10"  # answers the version check as a Python 3.10 would

@@ -34,7 +34,10 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontro
            "scancel")
 MARKER = "FLOW_TEST_SLURM_CLUSTER"  # in every daemon's environment (and so its job steps')
 _UP_TIMEOUT_S = 60.0
-_STOP_GRACE_S = 10.0
+_STOP_GRACE_S = 10.0  # for the queue to empty once every job is cancelled
+# for the daemons to end after SIGTERM: they take a tenth of a second, but the slurmd of a node
+# set down while a job step ran there took 10 s (MessageTimeout), its step still running
+_DAEMON_GRACE_S = 3.0
 
 
 GPU_TYPE = "h100"  # the GRES type of a cluster started with gpus=
@@ -200,7 +203,7 @@ class SlurmCluster:
         for name in order:
             if self.children[name].poll() is None:
                 self.children[name].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_GRACE_S
+        deadline = time.monotonic() + _DAEMON_GRACE_S
         for name in order:
             child = self.children[name]
             try:

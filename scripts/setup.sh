@@ -158,15 +158,14 @@ done
 packages=(-e ".[$EXTRA]" "${requirements[@]}")
 step "flow-sdk from this checkout, with the '$EXTRA' extra and the newest release of each" \
   "direct dependency, torch kept (uv pip install -e '.[$EXTRA]' ...) ..."
+uv_install=(pip install --python "$PY_EXE" --compile-bytecode "${upgrades[@]}" "${packages[@]}")
 if [ "$DRY" = 1 ]; then
   echo "      would run: $PY -m pip install --quiet --target <temporary folder> uv"
-  echo "      would run: uv pip install --python $PY_EXE --compile-bytecode ${upgrades[*]}" \
-    "${packages[*]}"
+  echo "      would run: uv ${uv_install[*]}"
 else
   UV_HOME="$(mktemp -d)"
   if ! { "$PY" -m pip install --quiet --target "$UV_HOME" uv && \
-         "$UV_HOME/bin/uv" pip install --python "$PY_EXE" --compile-bytecode "${upgrades[@]}" \
-           "${packages[@]}"; }; then
+         "$UV_HOME/bin/uv" "${uv_install[@]}"; }; then
     echo "setup.sh: uv could not install them (its error is above); pip does instead" >&2
     "$PY" -m pip install --upgrade "${packages[@]}"
   fi

@@ -34,7 +34,7 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontro
            "scancel")
 MARKER = "FLOW_TEST_SLURM_CLUSTER"  # in every daemon's environment (and so its job steps')
 _UP_TIMEOUT_S = 60.0
-_STOP_GRACE_S = 10.0  # for the queue to empty once every job is cancelled
+_QUEUE_GRACE_S = 10.0  # for the queue to empty once every job is cancelled
 # for the daemons to end after SIGTERM: they take a tenth of a second, but the slurmd of a node
 # set down while a job step ran there took 10 s (MessageTimeout), its step still running
 _DAEMON_GRACE_S = 3.0
@@ -221,7 +221,7 @@ class SlurmCluster:
         steps end while their slurmd is still there to see them end."""
         user = getpass.getuser()
         self.run("scancel", "--full", "-u", user, check=False, timeout=10)
-        deadline = time.monotonic() + _STOP_GRACE_S
+        deadline = time.monotonic() + _QUEUE_GRACE_S
         while time.monotonic() < deadline:
             left = self.run("squeue", "-h", "-u", user, check=False, timeout=10)
             if left.returncode != 0 or not left.stdout.strip():

@@ -2,11 +2,17 @@
 
 Imported only once torch is (by the torch adapter). For a CUDA device each batch goes:
 
-1. (CPU) the batch is made as on the CPU path (float32 cast included), then copied into a
-   *pinned* host staging buffer reused from a small ring, so the host-to-device copy is
-   never a pageable one;
-2. (side stream) one ``non_blocking=True`` copy per column into a fresh device tensor, with
-   an event recorded after it;
+1. (CPU) the batch is made as on the CPU path, except that without shuffling float64 columns
+   are left as they are (views of the Arrow data). It is then copied into a *pinned* host
+   staging buffer reused from a small ring, so the host-to-device copy is never a pageable
+   one. With ``cast_float64`` those float64 columns are cast to float32 in that copy: one
+   pass over the data, not a cast into fresh memory and then a copy (the cast is IEEE
+   rounding either way, so the values equal the CPU path's). Shuffling copies the rows
+   anyway, so there the cast comes first and the permutation moves half the bytes. The
+   columns of one dtype lie side by side in one buffer;
+2. (side stream) one ``non_blocking=True`` copy per dtype into a fresh device tensor, with
+   an event recorded after it; the batch's columns are views of that tensor (a batch of 24
+   float32 columns costs one allocation and one copy, not 24 of each);
 3. the batch is handed out one step later: while the caller's step runs on the GPU, the next
    batch is decoded and its copy is already in flight. Before a batch is handed out the
    caller's stream waits for its event and the tensors are marked as used on that stream.
@@ -25,29 +31,68 @@ from typing import Any
 import torch
 
 TensorDict = dict[str, torch.Tensor]
+Flats = dict[torch.dtype, torch.Tensor]
 RING = 3  # staging buffers: one being filled, one being copied, one spare
 
 
 @dataclass
-class _Slot:
-    """One staging buffer per column, and the event of the last copy that read them."""
+class _Group:
+    """The columns of one dtype, side by side in one flat tensor, in batch order."""
 
-    buffers: TensorDict = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    shapes: list[torch.Size] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+
+    def views(self, flat: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each column's view of ``flat`` (one split for the group, not a slice each)."""
+        for name, shape, piece in zip(self.names, self.shapes, flat.split(self.sizes)):
+            yield name, piece if len(shape) == 1 else piece.view(shape)
+
+
+Layout = dict[torch.dtype, _Group]
+
+
+def _layout(batch: TensorDict, cast_float64: bool) -> Layout:
+    """Where each column goes: float64 ones as float32 with ``cast_float64``."""
+    groups: Layout = {}
+    for name, tensor in batch.items():
+        dtype = torch.float32 if cast_float64 and tensor.dtype == torch.float64 \
+            else tensor.dtype
+        group = groups.setdefault(dtype, _Group())
+        group.names.append(name)
+        group.shapes.append(tensor.shape)
+        group.sizes.append(tensor.numel())
+    return groups
+
+
+def _columns(batch: TensorDict, layout: Layout, flats: Flats) -> TensorDict:
+    """The columns of ``batch``, in its order, as views of ``flats``."""
+    views = {name: view for dtype, group in layout.items() for name, view in
+             group.views(flats[dtype])}
+    return {name: views[name] for name in batch}
+
+
+@dataclass
+class _Slot:
+    """One flat staging buffer per dtype, and the event of the last copy that read them."""
+
+    buffers: Flats = field(default_factory=dict)
     event: Any = None  # torch.cuda.Event on a CUDA device
 
-    def staged(self, batch: TensorDict, pin: bool) -> TensorDict:
-        """Copy ``batch`` into this slot's buffers (grown or replaced as needed)."""
-        views = {}
-        for name, tensor in batch.items():
-            buffer = self.buffers.get(name)
-            if buffer is None or buffer.dtype != tensor.dtype or \
-                    buffer.shape[1:] != tensor.shape[1:] or buffer.shape[0] < tensor.shape[0]:
-                buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
-                self.buffers[name] = buffer
-            view = buffer[: tensor.shape[0]]
-            view.copy_(tensor)
-            views[name] = view
-        return views
+    def staged(self, batch: TensorDict, layout: Layout, pin: bool) -> Flats:
+        """Copy ``batch`` into this slot's buffers (grown as needed), as ``layout`` places
+        it; returns the used part of each buffer."""
+        flats = {}
+        for dtype, group in layout.items():
+            size = sum(group.sizes)
+            buffer = self.buffers.get(dtype)
+            if buffer is None or buffer.numel() < size:
+                buffer = torch.empty(size, dtype=dtype, pin_memory=pin)
+                self.buffers[dtype] = buffer
+            flats[dtype] = buffer[:size]
+            for name, view in group.views(flats[dtype]):
+                view.copy_(batch[name])
+        return flats
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device | None:
@@ -69,44 +114,49 @@ def resolve_device(device: str | torch.device | None) -> torch.device | None:
 
 
 class DeviceStager:
-    """Turns CPU batches into batches on ``device`` (see the module docstring)."""
+    """Turns CPU batches into batches on ``device`` (see the module docstring); with
+    ``cast_float64`` float64 tensors arrive on the device as float32."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, cast_float64: bool = False) -> None:
         self.device = device
+        self.cast_float64 = cast_float64
         self.cuda = device.type == "cuda"
         self.slots = [_Slot() for _ in range(RING)]
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self._next = 0
 
-    def _send(self, batch: TensorDict) -> tuple[TensorDict, Any]:
-        """Stage ``batch`` and start its copy; returns the device tensors and their event."""
+    def _send(self, batch: TensorDict) -> tuple[TensorDict, Flats, Any]:
+        """Stage ``batch`` and start its copy; returns the device tensors, the flat tensors
+        they view, and the copy's event."""
         slot = self.slots[self._next]
         self._next = (self._next + 1) % RING
         if slot.event is not None:
             slot.event.synchronize()  # the copy that last read this buffer has finished
-        staged = slot.staged(batch, pin=self.cuda)
+        layout = _layout(batch, self.cast_float64)
+        staged = slot.staged(batch, layout, pin=self.cuda)
         if self.stream is None:
-            return {name: view.to(self.device, copy=True) for name, view in staged.items()}, None
-        with torch.cuda.stream(self.stream):
-            moved = {name: torch.empty(view.shape, dtype=view.dtype, device=self.device)
-                     for name, view in staged.items()}
-            for name, view in staged.items():
-                moved[name].copy_(view, non_blocking=True)
-            slot.event = torch.cuda.Event()
-            slot.event.record(self.stream)
-        return moved, slot.event
+            moved = {dtype: flat.to(self.device, copy=True) for dtype, flat in staged.items()}
+        else:
+            with torch.cuda.stream(self.stream):
+                moved = {dtype: torch.empty_like(flat, device=self.device)
+                         for dtype, flat in staged.items()}
+                for dtype, flat in staged.items():
+                    moved[dtype].copy_(flat, non_blocking=True)
+                slot.event = torch.cuda.Event()
+                slot.event.record(self.stream)
+        return _columns(batch, layout, moved), moved, slot.event
 
-    def _ready(self, moved: TensorDict, event: Any) -> TensorDict:
+    def _ready(self, columns: TensorDict, moved: Flats, event: Any) -> TensorDict:
         if event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
-            for tensor in moved.values():
-                tensor.record_stream(current)  # freed only after the caller's use of it
-        return moved
+            for flat in moved.values():
+                flat.record_stream(current)  # freed only after the caller's use of it
+        return columns
 
     def batches(self, cpu_batches: Iterator[TensorDict]) -> Iterator[TensorDict]:
         """Each batch on the device, handed out once the next one's copy has started."""
-        pending: tuple[TensorDict, Any] | None = None
+        pending: tuple[TensorDict, Flats, Any] | None = None
         for batch in cpu_batches:
             sent = self._send(batch)
             if pending is not None:

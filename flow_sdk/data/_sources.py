@@ -94,8 +94,8 @@ class TableSource(Source):
         cast_float64: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         table = self.table if columns is None else self.table.select(columns)
-        for unit in units:
-            yield from table.slice(unit.index, unit.num_rows).to_batches(max_chunksize=batch_rows)
+        for start, rows in _contiguous_runs(units):
+            yield from table.slice(start, rows).to_batches(max_chunksize=batch_rows)
 
     def subset(self, units: Sequence[Unit]) -> TableSource:
         return TableSource(self.table, units)
@@ -117,3 +117,19 @@ class TableSource(Source):
 
     def describe(self) -> str:
         return f"in-memory table ({self.num_rows} rows)"
+
+
+def _contiguous_runs(units: Sequence[Unit]) -> Iterator[tuple[int, int]]:
+    """(first row, rows) of each run of blocks that follow each other in the table, in order.
+    A run is read as one slice, so a batch that spans two blocks is a view of the table
+    rather than a concatenation of two reads."""
+    start = rows = 0
+    for unit in units:
+        if rows and unit.index == start + rows:
+            rows += unit.num_rows
+            continue
+        if rows:
+            yield start, rows
+        start, rows = unit.index, unit.num_rows
+    if rows:
+        yield start, rows

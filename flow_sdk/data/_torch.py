@@ -78,11 +78,13 @@ _DATASET_DOC = """Batches of a data source as ``{column name: tensor}`` dicts.
 
     ``device="cuda"`` (or ``"cuda:N"``; ``"cuda"`` is this process's current GPU, so call
     ``torch.cuda.set_device(LOCAL_RANK)`` first) hands out batches already on the GPU: each
-    batch is made as above (the float32 cast included), staged in reused pinned host buffers
-    and copied with ``non_blocking=True`` on a side stream while the previous batch is in use;
-    values equal the CPU batches bit for bit. Iterate it in the training process itself (not
-    in DataLoader workers, which must not touch CUDA). ``device="cpu"`` runs the same staging
-    with plain host buffers (the batches are then copies, not views of Arrow buffers).
+    batch is made as above, staged in reused pinned host buffers (without shuffling, float64
+    columns are cast to float32 in that copy, not in a pass of their own) and copied with
+    ``non_blocking=True`` on a side stream while the previous batch is in use; values equal
+    the CPU batches bit for bit. The columns of one dtype share one device tensor (each is a
+    view of its own part). Iterate it in the training process itself (not in DataLoader
+    workers, which must not touch CUDA). ``device="cpu"`` runs the same staging with plain
+    host buffers (the batches are then copies, not views of Arrow buffers).
     """
 
 
@@ -192,29 +194,35 @@ class _DatasetMethods:
         from flow_sdk.data._device import DeviceStager, resolve_device
 
         info = get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
-        units = self.unit_order(worker_id, num_workers)
-        group = read_rows_for(self.batch_size) // self.batch_size
-        batches = run_prefetched(lambda: self._batches(units, worker_id), self.prefetch, group)
         target = resolve_device(self.device)
-        if target is None:
-            return batches
-        if info is not None:
+        if target is not None and info is not None:
             raise RuntimeError(f"device={self.device!r} batches are made in the training "
                                "process, not in DataLoader workers (which must not use "
                                "CUDA); iterate the dataset directly or with num_workers=0")
-        return DeviceStager(target).batches(batches)
+        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        units = self.unit_order(worker_id, num_workers)
+        group = read_rows_for(self.batch_size) // self.batch_size
+        # On a device the float32 cast of float64 columns happens in the staging copy, unless
+        # shuffling copies the rows anyway (it then moves half the bytes after the cast).
+        cast_later = target is not None and not self.shuffle
+        batches = run_prefetched(lambda: self._batches(units, worker_id, cast_later),
+                                 self.prefetch, group)
+        if target is None:
+            return batches
+        return DeviceStager(target, cast_float64=self.cast_float64).batches(batches)
 
-    def _to_tensors(self, batch: pa.RecordBatch) -> TensorDict:
+    def _to_tensors(self, batch: pa.RecordBatch, cast_later: bool) -> TensorDict:
         torch = _require_torch()
-        arrays = batch_to_numpy(batch, cast_float64=self.cast_float64, writable=True)
+        arrays = batch_to_numpy(batch, cast_float64=self.cast_float64, writable=True,
+                                cast_later=cast_later)
         return {name: torch.from_numpy(array) for name, array in arrays.items()}
 
-    def _batches(self, units: Sequence[Unit], worker_id: int) -> Iterator[TensorDict]:
+    def _batches(self, units: Sequence[Unit], worker_id: int,
+                 cast_later: bool) -> Iterator[TensorDict]:
         read_rows = read_rows_for(self.batch_size)
         reads = self.source.read(units, self.columns, read_rows, cast_float64=self.cast_float64)
         chunks: Iterator[TensorDict] = (
-            self._to_tensors(batch) for batch in align(reads, self.batch_size)
+            self._to_tensors(batch, cast_later) for batch in align(reads, self.batch_size)
         )
         if self.shuffle:
             rng = np.random.default_rng([self.seed, self.epoch, worker_id, 1])

@@ -20,6 +20,7 @@ from flow_sdk.data import (
     SchemaMismatchError,
     ShardedDataConnector,
 )
+from flow_sdk.data._sources import TABLE_UNIT_ROWS
 from flow_sdk.errors import FlowError
 
 
@@ -102,6 +103,22 @@ def test_iter_batches_slices_share_memory() -> None:
     assert [b.column(0).buffers()[1].address + b.column(0).offset * 4 for b in batches] == [
         base + 400 * i for i in range(10)
     ]
+
+
+def test_a_batch_across_table_blocks_is_a_view_and_shuffled_blocks_are_still_read_whole() -> None:
+    rows = 3 * TABLE_UNIT_ROWS + 5
+    table = pa.table({"x": np.arange(rows, dtype=np.float32)})
+    base = table.column("x").chunk(0).buffers()[1].address
+    batches = list(DataConnector.from_arrow(table).iter_batches(2 * TABLE_UNIT_ROWS))
+    assert [b.num_rows for b in batches] == [2 * TABLE_UNIT_ROWS, TABLE_UNIT_ROWS + 5]
+    assert [b.column(0).buffers()[1].address + b.column(0).offset * 4 for b in batches] == [
+        base, base + 2 * TABLE_UNIT_ROWS * 4]
+    source = DataConnector.from_arrow(table)._source
+    order = [source.units[i] for i in (2, 3, 0, 1)]  # as a shuffle may order them
+    reads = list(source.read(order, None, 10 * TABLE_UNIT_ROWS))
+    assert [r.column(0)[0].as_py() for r in reads] == [2 * TABLE_UNIT_ROWS, 0]
+    assert pa.concat_tables(pa.Table.from_batches([r]) for r in reads).column(0).to_pylist() \
+        == list(range(2 * TABLE_UNIT_ROWS, rows)) + list(range(2 * TABLE_UNIT_ROWS))
 
 
 def test_unknown_columns_and_sources_are_clear_errors(tmp_path: Path) -> None:

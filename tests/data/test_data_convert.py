@@ -180,6 +180,15 @@ def test_writable_view_shares_memory_and_copies_are_logged(
     assert any("maybe" in r.getMessage() and "null" in r.getMessage() for r in caplog.records)
 
 
+def test_cast_later_leaves_float64_without_nulls_as_a_view() -> None:
+    array = pa.array(np.linspace(0, 1, 8))
+    values, reason = convert_column(array, cast_float64=True, writable=True, cast_later=True)
+    assert reason is None and values.dtype == np.float64
+    assert numpy_address(values) == buffer_address(array)
+    values, reason = convert_column(pa.array([0.5, None]), cast_float64=True, cast_later=True)
+    assert values.dtype == np.float32 and reason is not None and "float32" in reason
+
+
 def test_import_does_not_load_torch_xgboost_or_boto3() -> None:
     code = (
         "import sys, flow_sdk.data\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -100,6 +101,16 @@ def fake_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
+# torch's C++ side logs a warning as "[W1204 17:53:45.408788061 socket.cpp:207] ...".
+_CPP_WARNING = re.compile(r"\[W\d{4} \d\d:\d\d:\d\d")
+
+
+def warning_lines(output: str) -> list[str]:
+    """The lines of a job's output that warn: Python's warnings and torch's C++ ones."""
+    return [line for line in output.splitlines()
+            if "warn" in line.lower() or _CPP_WARNING.search(line)]
 
 
 def wait_until(predicate: object, timeout: float, what: str, interval: float = 0.1) -> None:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from flow_testing import warning_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 _FENCE = re.compile(r"^( *)```(bash|python)\n(.*?)^\1```\n", re.M | re.S)  # also in a list
 _MARK = re.compile(r"<!-- readme-test: (cloud-only|gpu-only): (\S.*?) -->\n\Z")
@@ -239,3 +241,4 @@ def test_the_main_job_trains_across_two_nodes_and_rank_0_prints_a_falling_loss(
     assert [n for n, _ in epochs] == list(range(len(epochs))) and len(epochs) >= 2, done.stdout
     assert epochs[-1][1] < epochs[0][1], done.stdout
     assert "world_size=4 " in done.stdout, done.stdout
+    assert not warning_lines(done.stdout + done.stderr), done.stdout + done.stderr

@@ -1,6 +1,6 @@
 """GPU benchmark, side by side in one run (needs a CUDA GPU; exits 2 without one).
 
-    python bench/gpu.py [--steps 300] [--rows 2000000] [--rounds 5]
+    python bench/gpu.py [--steps 300] [--runs 3] [--rows 2000000] [--rounds 5]
 
 (a) DDP step time of the same training function on every GPU of this machine:
     flow      @app.function(gpu="any:N") on the local provider (one node, N workers)
@@ -172,6 +172,7 @@ def bench_batches(rows: int, rounds: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=3, help="DDP runs per launcher")
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -186,16 +187,17 @@ def main() -> None:
               file=sys.stderr)
         raise SystemExit(2)
     gpus = torch.cuda.device_count()
-    print(f"Command: python bench/gpu.py --steps {args.steps} --rows {args.rows} "
-          f"--rounds {args.rounds}")
+    print(f"Command: python bench/gpu.py --steps {args.steps} --runs {args.runs} "
+          f"--rows {args.rows} --rounds {args.rounds}")
     print(f"Machine: {gpus} x {torch.cuda.get_device_name(0)}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}\n")
     flow, torchrun = [], []
-    for _ in range(3):  # interleaved
+    for _ in range(args.runs):  # interleaved
         flow.append(run_flow(gpus, args.steps))
         torchrun.append(run_torchrun(gpus, args.steps))
     overhead = statistics.median(flow) / statistics.median(torchrun) - 1
-    print("(a) DDP step time, median of rank 0's steps per run (3 runs each, interleaved)\n")
+    print(f"(a) DDP step time, median of rank 0's steps per run ({args.runs} runs each, "
+          "interleaved)\n")
     print("| launcher | step ms, each run | median step ms |\n|---|---|---:|")
     for name, runs in (("flow-sdk", flow), ("torchrun --standalone", torchrun)):
         print(f"| {name} | {', '.join(f'{r * 1e3:.3f}' for r in runs)} | "

@@ -8,8 +8,9 @@ Imported only once torch is (by the torch adapter). For a CUDA device each batch
    one. With ``cast_float64`` those float64 columns are cast to float32 in that copy: one
    pass over the data, not a cast into fresh memory and then a copy (the cast is IEEE
    rounding either way, so the values equal the CPU path's). Shuffling copies the rows
-   anyway, so there the cast comes first and the permutation moves half the bytes. The
-   columns of one dtype lie side by side in one buffer;
+   anyway, so there the cast comes first and the permutation moves half the bytes; parquet
+   sources cast while decoding, so their columns arrive as float32. The columns of one
+   dtype lie side by side in one buffer;
 2. (side stream) one ``non_blocking=True`` copy per dtype into a fresh device tensor, with
    an event recorded after it; the batch's columns are views of that tensor (a batch of 24
    float32 columns costs one allocation and one copy, not 24 of each);
@@ -33,19 +34,31 @@ import torch
 TensorDict = dict[str, torch.Tensor]
 Flats = dict[torch.dtype, torch.Tensor]
 RING = 3  # staging buffers: one being filled, one being copied, one spare
+ALIGN_BYTES = 64
 
 
 @dataclass
 class _Group:
-    """The columns of one dtype, side by side in one flat tensor, in batch order."""
+    """The columns of one dtype, side by side in one flat tensor, in batch order. Each starts
+    on an ``ALIGN_BYTES`` boundary, as a tensor of its own would (vectorised and compiled
+    kernels expect aligned inputs)."""
 
     names: list[str] = field(default_factory=list)
     shapes: list[torch.Size] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)  # elements per column, padding included
+
+    def add(self, name: str, shape: torch.Size, itemsize: int) -> None:
+        step = max(1, ALIGN_BYTES // itemsize)
+        self.names.append(name)
+        self.shapes.append(shape)
+        self.slots.append(-(-shape.numel() // step) * step)
 
     def views(self, flat: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
         """Each column's view of ``flat`` (one split for the group, not a slice each)."""
-        for name, shape, piece in zip(self.names, self.shapes, flat.split(self.sizes)):
+        for name, shape, slot, piece in zip(self.names, self.shapes, self.slots,
+                                            flat.split(self.slots)):
+            if shape.numel() != slot:
+                piece = piece[: shape.numel()]
             yield name, piece if len(shape) == 1 else piece.view(shape)
 
 
@@ -56,12 +69,9 @@ def _layout(batch: TensorDict, cast_float64: bool) -> Layout:
     """Where each column goes: float64 ones as float32 with ``cast_float64``."""
     groups: Layout = {}
     for name, tensor in batch.items():
-        dtype = torch.float32 if cast_float64 and tensor.dtype == torch.float64 \
-            else tensor.dtype
-        group = groups.setdefault(dtype, _Group())
-        group.names.append(name)
-        group.shapes.append(tensor.shape)
-        group.sizes.append(tensor.numel())
+        cast = cast_float64 and tensor.dtype == torch.float64
+        dtype = torch.float32 if cast else tensor.dtype
+        groups.setdefault(dtype, _Group()).add(name, tensor.shape, dtype.itemsize)
     return groups
 
 
@@ -84,7 +94,7 @@ class _Slot:
         it; returns the used part of each buffer."""
         flats = {}
         for dtype, group in layout.items():
-            size = sum(group.sizes)
+            size = sum(group.slots)
             buffer = self.buffers.get(dtype)
             if buffer is None or buffer.numel() < size:
                 buffer = torch.empty(size, dtype=dtype, pin_memory=pin)

@@ -82,7 +82,8 @@ _DATASET_DOC = """Batches of a data source as ``{column name: tensor}`` dicts.
     columns are cast to float32 in that copy, not in a pass of their own) and copied with
     ``non_blocking=True`` on a side stream while the previous batch is in use; values equal
     the CPU batches bit for bit. The columns of one dtype share one device tensor (each is a
-    view of its own part). Iterate it in the training process itself (not in DataLoader
+    view of its own part): a column kept after its batch keeps that tensor alive, so
+    ``.clone()`` one you keep for long. Iterate it in the training process itself (not in DataLoader
     workers, which must not touch CUDA). ``device="cpu"`` runs the same staging with plain
     host buffers (the batches are then copies, not views of Arrow buffers).
     """
@@ -194,11 +195,11 @@ class _DatasetMethods:
         from flow_sdk.data._device import DeviceStager, resolve_device
 
         info = get_worker_info()
-        target = resolve_device(self.device)
-        if target is not None and info is not None:
+        if self.device is not None and info is not None:
             raise RuntimeError(f"device={self.device!r} batches are made in the training "
                                "process, not in DataLoader workers (which must not use "
                                "CUDA); iterate the dataset directly or with num_workers=0")
+        target = resolve_device(self.device)
         worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
         units = self.unit_order(worker_id, num_workers)
         group = read_rows_for(self.batch_size) // self.batch_size

@@ -20,7 +20,7 @@ from flow_sdk.data import (
     SchemaMismatchError,
     ShardedDataConnector,
 )
-from flow_sdk.data._sources import TABLE_UNIT_ROWS
+from flow_sdk.data._sources import TABLE_UNIT_ROWS, TableSource
 from flow_sdk.errors import FlowError
 
 
@@ -113,7 +113,7 @@ def test_a_batch_across_table_blocks_is_a_view_and_shuffled_blocks_are_still_rea
     assert [b.num_rows for b in batches] == [2 * TABLE_UNIT_ROWS, TABLE_UNIT_ROWS + 5]
     assert [b.column(0).buffers()[1].address + b.column(0).offset * 4 for b in batches] == [
         base, base + 2 * TABLE_UNIT_ROWS * 4]
-    source = DataConnector.from_arrow(table)._source
+    source = TableSource(table)
     order = [source.units[i] for i in (2, 3, 0, 1)]  # as a shuffle may order them
     reads = list(source.read(order, None, 10 * TABLE_UNIT_ROWS))
     assert [r.column(0)[0].as_py() for r in reads] == [2 * TABLE_UNIT_ROWS, 0]

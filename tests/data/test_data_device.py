@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from flow_sdk.data import DataConnector
-from flow_sdk.data._device import RING, DeviceStager
+from flow_sdk.data import _device
+from flow_sdk.data._device import ALIGN_BYTES, RING, DeviceStager
 
 Batches = list[dict[str, torch.Tensor]]
 
@@ -54,14 +56,14 @@ def mixed_table(rows: int) -> pa.Table:
     rng = np.random.default_rng(7)
     x64 = rng.standard_normal(rows) * 1e3
     with_nulls = [None if i % 5 == 0 else float(v) for i, v in enumerate(x64)]
+    ints = [None if i % 7 == 0 else i for i in range(rows)]
     halves = [slice(0, rows // 2), slice(rows // 2, rows)]
     columns = {
         "x64": [pa.array(x64[h]) for h in halves],
         "x64_nulls": [pa.array(with_nulls[h], pa.float64()) for h in halves],
         "dec": [pa.array([Decimal(f"{v:.3f}") for v in x64[h]], pa.decimal128(12, 3))
                 for h in halves],
-        "i_nulls": [pa.array([None if i % 7 == 0 else i for i in range(rows)][h], pa.int64())
-                    for h in halves],
+        "i_nulls": [pa.array(ints[h], pa.int64()) for h in halves],
         "x32": [pa.array(x64[h].astype(np.float32)) for h in halves],
     }
     return pa.table({name: pa.chunked_array(chunks) for name, chunks in columns.items()})
@@ -72,10 +74,21 @@ def mixed_table(rows: int) -> pa.Table:
     {"batch_size": 64, "shuffle": True, "seed": 5, "shuffle_buffer_rows": 200},
     {"batch_size": 128, "cast_float64": False},
 ])
-def test_the_cast_in_the_staging_copy_equals_the_plain_cast(options: dict) -> None:
+def test_the_cast_in_the_staging_copy_equals_the_plain_cast(
+        options: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    arrived: set[torch.dtype] = set()  # x64 as the stager gets it
+
+    def layout(batch: dict[str, torch.Tensor], cast_float64: bool) -> _device.Layout:
+        arrived.add(batch["x64"].dtype)
+        return real_layout(batch, cast_float64)
+
+    real_layout = _device._layout
+    monkeypatch.setattr(_device, "_layout", layout)
     connector = DataConnector.from_arrow(mixed_table(1000))
     plain = [{k: v.clone() for k, v in b.items()} for b in connector.to_torch_dataset(**options)]
     ours = list(connector.to_torch_dataset(**options, device="cpu"))
+    # cast in the staging copy unless shuffling copies the rows anyway
+    assert arrived == {torch.float32 if options.get("shuffle") else torch.float64}
     want = torch.float64 if options.get("cast_float64") is False else torch.float32
     assert {t.dtype for t in plain[0].values() if t.is_floating_point()} == {want, torch.float32}
     for got, expected in zip(ours, plain, strict=True):  # NaN where a value was null
@@ -84,6 +97,17 @@ def test_the_cast_in_the_staging_copy_equals_the_plain_cast(options: dict) -> No
             assert got[name].dtype == expected[name].dtype
             assert torch.equal(got[name].nan_to_num(7.5), expected[name].nan_to_num(7.5))
             assert torch.equal(got[name].isnan(), expected[name].isnan())
+
+
+def test_columns_of_one_dtype_share_a_tensor_and_each_starts_aligned() -> None:
+    stager = DeviceStager(torch.device("cpu"), cast_float64=True)
+    batch = {"a": torch.rand(7), "b": torch.rand(7, 3).double(), "c": torch.arange(7),
+             "d": torch.rand(7)}
+    (got,) = list(stager.batches(iter([batch])))
+    assert got["a"].untyped_storage().data_ptr() == got["b"].untyped_storage().data_ptr()
+    assert all(t.data_ptr() % ALIGN_BYTES == 0 for t in got.values())
+    assert list(got) == list(batch) and got["b"].shape == (7, 3)
+    assert torch.equal(got["b"], batch["b"].float()) and torch.equal(got["d"], batch["d"])
 
 
 def test_float64_is_cast_by_the_staging_copy_only_where_asked() -> None:

@@ -33,17 +33,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 
 from flow_sdk import FlowApp  # noqa: E402
 from flow_sdk.data import DataConnector  # noqa: E402
+from table_batches import FEATURES, batch_table  # noqa: E402  (bench/table_batches.py)
 
 TARGET_OVERHEAD = 0.01
 TARGET_CEILING = 0.90
 TARGET_NAIVE = 2.0
-FEATURES = 24
 WARMUP_STEPS = 20
 
 
@@ -94,11 +92,6 @@ def run_torchrun(gpus: int, steps: int) -> float:
                         f"--nproc-per-node={gpus}", __file__, "--worker", str(out),
                         "--steps", str(steps)], check=True, cwd=ROOT)
         return float(json.loads(out.read_text())["median_step_s"])
-
-
-def batch_table(rows: int) -> pa.Table:
-    rng = np.random.default_rng(0)
-    return pa.table({f"f{i}": rng.standard_normal(rows) for i in range(FEATURES)})
 
 
 def drain(batches: Any) -> int:

@@ -63,6 +63,8 @@ def _runner_rows(folder: Path, launched: float) -> list[str]:
     for log in sorted(folder.glob("gw*.jsonl")):
         events = [json.loads(line) for line in log.read_text().splitlines()]
         starts = {nodeid: at for kind, nodeid, at in events if kind == "start"}
+        if not starts:  # a runner that was given no test
+            continue
         inside = sum(at - starts[nodeid] for kind, nodeid, at in events if kind == "end")
         rows.append(f"| {log.stem} | {min(starts.values()) - launched:.1f} | "
                     f"{max(at for _, _, at in events) - launched:.1f} | {inside:.0f} |")

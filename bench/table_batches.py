@@ -2,13 +2,13 @@
 
     python bench/table_batches.py [--base REF] [--rows 2000000] [--rounds 5]
 
-The table of bench/gpu.py's part (b) (24 float64 features), read with
+The table of bench/gpu.py's part (b) (``batch_table``: 24 float64 features), read with
 ``DataConnector.from_arrow(table).to_torch_dataset(batch)`` on the CPU path and on the
-``device="cpu"`` path (the CUDA path's staging code, without pinning or a GPU), at batches of
-4,096, 65,536 and 262,144 rows. The SDK of ``--base`` (default HEAD) is exported with
-``git archive``; each round times both trees, each in a fresh child process (warm-up pass
-first), in alternating order. Prints the best seconds per pass and their ratio; the figures,
-with this command, are kept in bench/RESULTS.md.
+``device="cpu"`` path (the CUDA path's staging code, without pinning or a GPU), the latter
+also shuffled, at batches of 4,096, 65,536 and 262,144 rows. The SDK of ``--base`` (default
+HEAD) is exported with ``git archive``; each round times both trees, each in a fresh child
+process (warm-up pass first), in alternating order. Prints the best seconds per pass and
+their ratio; the figures, with this command, are kept in bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -20,30 +20,39 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = 24
 BATCHES = (4096, 65_536, 262_144)
-PATHS = {"cpu path": None, "device='cpu'": "cpu"}
+PATHS = {"cpu path": (None, False), "device='cpu'": ("cpu", False),
+         "device='cpu', shuffled": ("cpu", True)}  # name: (device, shuffle)
+
+
+def batch_table(rows: int) -> pa.Table:
+    """The in-memory table of this bench and of bench/gpu.py: FEATURES float64 columns."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    return pa.table({f"f{i}": rng.standard_normal(rows) for i in range(FEATURES)})
 
 
 def measure(rows: int) -> dict[str, float]:
     """One timed pass per case, in this process, with the flow_sdk first on sys.path."""
-    import numpy as np
-    import pyarrow as pa
-
     from flow_sdk.data import DataConnector
 
-    rng = np.random.default_rng(0)
-    table = pa.table({f"f{i}": rng.standard_normal(rows) for i in range(FEATURES)})
-    connector = DataConnector.from_arrow(table)
+    connector = DataConnector.from_arrow(batch_table(rows))
     seconds = {}
     for batch in BATCHES:
-        for name, device in PATHS.items():
-            for timed in (False, True):  # a warm-up pass first
+        for name, (device, shuffle) in PATHS.items():
+            for _ in range(2):  # a warm-up pass, then the timed one
                 started = time.perf_counter()
-                got = sum(len(next(iter(b.values())))
-                          for b in connector.to_torch_dataset(batch, device=device))
+                got = sum(len(next(iter(b.values()))) for b in connector.to_torch_dataset(
+                    batch, device=device, shuffle=shuffle, seed=0))
                 assert got == rows, (name, batch, got)
             seconds[f"{batch} {name}"] = time.perf_counter() - started
     return seconds

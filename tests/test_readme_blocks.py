@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -242,3 +243,23 @@ def test_the_main_job_trains_across_two_nodes_and_rank_0_prints_a_falling_loss(
     assert epochs[-1][1] < epochs[0][1], done.stdout
     assert "world_size=4 " in done.stdout, done.stdout
     assert not warning_lines(done.stdout + done.stderr), done.stdout + done.stderr
+
+
+def test_warning_lines_are_python_and_torch_warnings_and_one_is_forgiven_only_without_dns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    unnamed = ("[Node 0] [18:06:38] [W1204 18:06:38.610182369 socket.cpp:207] [c10d] The "
+               "hostname of the client socket cannot be retrieved. err=-3")
+    other = "[W1204 18:06:39.1 ProcessGroupNCCL.cpp:1] [c10d] something else"
+    python = "train.py:3: UserWarning: careful"
+    output = "\n".join(["epoch 0: loss=2.0", unnamed, other, python, "[rank 0] W = 3"])
+
+    def the_number(address: tuple[str, int], flags: int) -> tuple[str, str]:
+        return address[0], str(address[1])  # what a machine whose name server answers gives
+
+    def no_name_server(address: tuple[str, int], flags: int) -> tuple[str, str]:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getnameinfo", the_number)
+    assert warning_lines(output) == [unnamed, other, python]
+    monkeypatch.setattr(socket, "getnameinfo", no_name_server)
+    assert warning_lines(output) == [other, python]

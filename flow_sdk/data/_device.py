@@ -57,8 +57,9 @@ class _Group:
         """Each column's view of ``flat`` (one split for the group, not a slice each)."""
         for name, shape, slot, piece in zip(self.names, self.shapes, self.slots,
                                             flat.split(self.slots)):
-            if shape.numel() != slot:
-                piece = piece[: shape.numel()]
+            numel = shape.numel()
+            if numel != slot:
+                piece = piece[:numel]
             yield name, piece if len(shape) == 1 else piece.view(shape)
 
 

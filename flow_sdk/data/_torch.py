@@ -83,9 +83,9 @@ _DATASET_DOC = """Batches of a data source as ``{column name: tensor}`` dicts.
     ``non_blocking=True`` on a side stream while the previous batch is in use; values equal
     the CPU batches bit for bit. The columns of one dtype share one device tensor (each is a
     view of its own part): a column kept after its batch keeps that tensor alive, so
-    ``.clone()`` one you keep for long. Iterate it in the training process itself (not in DataLoader
-    workers, which must not touch CUDA). ``device="cpu"`` runs the same staging with plain
-    host buffers (the batches are then copies, not views of Arrow buffers).
+    ``.clone()`` one you keep for long. Iterate it in the training process itself (not in
+    DataLoader workers, which must not touch CUDA). ``device="cpu"`` runs the same staging
+    with plain host buffers (the batches are then copies, not views of Arrow buffers).
     """
 
 
